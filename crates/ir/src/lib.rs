@@ -1,0 +1,248 @@
+//! The intermediate representation: the only thing the data plane knows.
+//!
+//! `translate` turns Gateway API objects into a [`Config`]; the data plane compiles a `Config`
+//! into matchers and balancers and swaps it in atomically. Every Gateway API decision
+//! (attachment, hostname intersection, precedence, redirect ports, which backends are invalid)
+//! is already taken here, so the data plane only executes. The model is plain data with serde so
+//! that the same IR can later travel to remote proxies without a second model.
+
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+
+/// Everything the data plane serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Gateways in a deterministic order (oldest first, then namespace/name).
+    pub gateways: Vec<Gateway>,
+    /// Backend clusters referenced by [`BackendTarget::Cluster`], sorted by name.
+    pub clusters: Vec<Cluster>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gateway {
+    pub namespace: String,
+    pub name: String,
+    /// Only listeners that are accepted and free of conflicts.
+    pub listeners: Vec<Listener>,
+}
+
+impl Gateway {
+    /// `namespace/name`, the label used in logs and metrics.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ListenerProtocol {
+    Http,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listener {
+    pub name: String,
+    /// Address to bind. Several listeners (also of several Gateways) may share one socket;
+    /// the request's Host then selects among them by [`Listener::hostname`].
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: ListenerProtocol,
+    /// `None` matches every host; `*.example.com` matches one or more labels before the suffix.
+    pub hostname: Option<String>,
+    /// Rules of every route attached to this listener; [`RouteEntry::rule`] indexes here.
+    pub rules: Vec<HttpRule>,
+    /// One entry per hostname the attached routes serve on this listener.
+    pub virtual_hosts: Vec<VirtualHost>,
+}
+
+impl Listener {
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VirtualHost {
+    /// `example.com`, `*.example.com` or `*` (any host).
+    pub hostname: String,
+    /// In precedence order: the data plane takes the first entry whose match succeeds. Entries of
+    /// less specific hostnames that also cover this one are included after this host's own, so
+    /// the data plane never has to fall through between virtual hosts.
+    pub routes: Vec<RouteEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteEntry {
+    pub matcher: HttpMatch,
+    /// Index into [`Listener::rules`].
+    pub rule: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpMatch {
+    pub path: PathMatch,
+    /// Upper-case method name, e.g. `GET`.
+    pub method: Option<String>,
+    /// Header names are lower case; at most one entry per name.
+    pub headers: Vec<HeaderMatch>,
+    /// Query parameter names are case-sensitive; at most one entry per name.
+    pub query_params: Vec<QueryParamMatch>,
+}
+
+impl Default for HttpMatch {
+    fn default() -> Self {
+        HttpMatch {
+            path: PathMatch::Prefix("/".into()),
+            method: None,
+            headers: Vec::new(),
+            query_params: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PathMatch {
+    Exact(String),
+    /// Element-wise prefix without a trailing slash (except for `/` itself): `/foo` matches
+    /// `/foo`, `/foo/` and `/foo/bar`, never `/foobar`.
+    Prefix(String),
+    /// Must match the whole path.
+    Regex(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StringMatch {
+    Exact(String),
+    /// Must match the whole value.
+    Regex(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderMatch {
+    pub name: String,
+    pub value: StringMatch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryParamMatch {
+    pub name: String,
+    pub value: StringMatch,
+}
+
+/// Identifies the route rule a request matched, for metrics, logs and debugging.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RouteRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// Index of the rule in the route's spec.
+    pub rule: usize,
+}
+
+impl RouteRef {
+    /// `namespace/name`, the label used in logs and metrics.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpRule {
+    pub route: RouteRef,
+    /// Applied in order before a backend is picked.
+    pub filters: Vec<HttpFilter>,
+    /// Picked by weight. Empty, or all weights zero, answers 500.
+    pub backends: Vec<WeightedBackend>,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeouts {
+    /// Whole request, from the first byte received to the end of the response headers.
+    pub request_ms: Option<u64>,
+    /// One attempt at the backend.
+    pub backend_request_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HttpFilter {
+    RequestHeaders(HeaderModifier),
+    ResponseHeaders(HeaderModifier),
+    Redirect(Redirect),
+    UrlRewrite(UrlRewrite),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderModifier {
+    pub set: Vec<HeaderValue>,
+    pub add: Vec<HeaderValue>,
+    /// Lower-case names.
+    pub remove: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderValue {
+    /// Lower case.
+    pub name: String,
+    pub value: String,
+}
+
+/// A redirect with every default already resolved for the listener it runs on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redirect {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// `None` keeps the request's host (without its port).
+    pub hostname: Option<String>,
+    /// `None` leaves the port out of the Location (the scheme's well-known port).
+    pub port: Option<u16>,
+    pub path: Option<PathModifier>,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PathModifier {
+    ReplaceFullPath(String),
+    /// Replaces the part of the path matched by the entry's [`PathMatch::Prefix`].
+    ReplacePrefixMatch(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UrlRewrite {
+    pub hostname: Option<String>,
+    pub path: Option<PathModifier>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightedBackend {
+    pub weight: u32,
+    pub target: BackendTarget,
+    /// Filters of this backendRef, applied after the rule's filters.
+    pub filters: Vec<HttpFilter>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackendTarget {
+    /// Name of a [`Cluster`] in [`Config::clusters`].
+    Cluster(String),
+    /// A backendRef that cannot be used: requests routed here get a 500.
+    Invalid { reason: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive; also carries WebSocket upgrades.
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge (`kubernetes.io/h2c`).
+    H2c,
+    /// HTTP/1.1 whose every request is expected to upgrade (`kubernetes.io/ws`).
+    WebSocket,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// `namespace/service:port`.
+    pub name: String,
+    pub protocol: UpstreamProtocol,
+    /// Endpoints to balance over. Empty answers 503.
+    pub endpoints: Vec<SocketAddr>,
+}

@@ -1,0 +1,451 @@
+//! GatewayClasses and Gateways: which are ours, their addresses, and every listener's conditions.
+
+use crate::conditions::{condition, names::*};
+use crate::objects::{ObjectKey, age_key, selector_matches};
+use crate::{Options, SUPPORTED_FEATURES};
+use gateway_api::apis::standard::gatewayclasses::{
+    GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
+};
+use gateway_api::apis::standard::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatus,
+    GatewayStatusAddresses, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// Statuses of the GatewayClasses that name our controller, and the names of the accepted ones.
+pub fn classes(
+    classes: &[GatewayClass],
+    controller: &str,
+) -> (BTreeMap<String, GatewayClassStatus>, BTreeSet<String>) {
+    let mut statuses = BTreeMap::new();
+    let mut accepted = BTreeSet::new();
+    for class in classes
+        .iter()
+        .filter(|c| c.spec.controller_name == controller)
+    {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        let generation = class.metadata.generation;
+        let cond = match &class.spec.parameters_ref {
+            Some(p) => condition(
+                ACCEPTED,
+                false,
+                INVALID_PARAMETERS,
+                format!(
+                    "parametersRef {}/{} is not supported by Gatehouse",
+                    p.kind, p.name
+                ),
+                generation,
+            ),
+            None => {
+                accepted.insert(name.clone());
+                condition(
+                    ACCEPTED,
+                    true,
+                    ACCEPTED,
+                    "Accepted by Gatehouse",
+                    generation,
+                )
+            }
+        };
+        let supported_features = SUPPORTED_FEATURES
+            .iter()
+            .map(|f| GatewayClassStatusSupportedFeatures {
+                name: f.to_string(),
+            })
+            .collect();
+        statuses.insert(
+            name,
+            GatewayClassStatus {
+                conditions: Some(vec![cond]),
+                supported_features: Some(supported_features),
+            },
+        );
+    }
+    (statuses, accepted)
+}
+
+/// Which namespaces a listener admits routes from.
+#[derive(Clone, Debug)]
+pub enum AllowedNamespaces {
+    Same,
+    All,
+    Selector {
+        labels: Option<BTreeMap<String, String>>,
+        expressions: Vec<(String, String, Vec<String>)>,
+    },
+}
+
+/// One listener as translate sees it while attaching routes.
+#[derive(Debug)]
+pub struct ListenerCtx {
+    pub name: String,
+    pub port: u16,
+    pub protocol: String,
+    pub hostname: Option<String>,
+    /// Route kinds this listener accepts (group, kind).
+    pub kinds: Vec<(String, String)>,
+    pub namespaces: AllowedNamespaces,
+    pub attached_routes: i32,
+    conditions: ListenerConditions,
+}
+
+#[derive(Debug, Default)]
+struct ListenerConditions {
+    unsupported_protocol: bool,
+    invalid_kinds: Vec<String>,
+    conflict: Option<&'static str>,
+}
+
+impl ListenerCtx {
+    /// Accepted, free of conflicts: traffic can be served.
+    pub fn programmable(&self) -> bool {
+        !self.conditions.unsupported_protocol && self.conditions.conflict.is_none()
+    }
+
+    pub fn allows_kind(&self, group: &str, kind: &str) -> bool {
+        self.kinds.iter().any(|(g, k)| g == group && k == kind)
+    }
+
+    pub fn allows_namespace(
+        &self,
+        gateway_namespace: &str,
+        route_namespace: &str,
+        namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> bool {
+        match &self.namespaces {
+            AllowedNamespaces::Same => gateway_namespace == route_namespace,
+            AllowedNamespaces::All => true,
+            AllowedNamespaces::Selector {
+                labels,
+                expressions,
+            } => {
+                let empty = BTreeMap::new();
+                let ns_labels = namespace_labels.get(route_namespace).unwrap_or(&empty);
+                selector_matches(labels.as_ref(), expressions, ns_labels)
+            }
+        }
+    }
+}
+
+pub struct GatewayCtx<'a> {
+    pub key: ObjectKey,
+    pub object: &'a Gateway,
+    /// `None` when the Gateway asks for an address Gatehouse cannot serve on.
+    pub address: Option<IpAddr>,
+    address_problem: Option<String>,
+    pub listeners: Vec<ListenerCtx>,
+}
+
+/// Our Gateways (class accepted and ours), oldest first.
+pub fn gateways<'a>(
+    gateways: &'a [Gateway],
+    our_classes: &BTreeSet<String>,
+    options: &Options,
+) -> Vec<GatewayCtx<'a>> {
+    let mut ours: Vec<&Gateway> = gateways
+        .iter()
+        .filter(|g| our_classes.contains(&g.spec.gateway_class_name))
+        .collect();
+    ours.sort_by_key(|g| age_key(&g.metadata));
+    ours.into_iter().map(|g| gateway(g, options)).collect()
+}
+
+fn gateway<'a>(gw: &'a Gateway, options: &Options) -> GatewayCtx<'a> {
+    let key = ObjectKey::of(&gw.metadata);
+    let (address, address_problem) = address(gw, &key, options);
+    let mut listeners: Vec<ListenerCtx> = gw.spec.listeners.iter().map(listener).collect();
+    mark_conflicts(&mut listeners);
+    GatewayCtx {
+        key,
+        object: gw,
+        address,
+        address_problem,
+        listeners,
+    }
+}
+
+fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> (Option<IpAddr>, Option<String>) {
+    if let Some(assigned) = options.gateway_addresses.get(key) {
+        return (Some(*assigned), None);
+    }
+    let requested = gw.spec.addresses.as_deref().unwrap_or_default();
+    match requested {
+        [] => (Some(options.default_address), None),
+        [one] => {
+            let kind = one.r#type.as_deref().unwrap_or("IPAddress");
+            let value = one.value.as_deref().unwrap_or_default();
+            match (kind, value.parse::<IpAddr>()) {
+                ("IPAddress", Ok(ip)) => (Some(ip), None),
+                ("IPAddress", Err(_)) => (
+                    None,
+                    Some(format!("address {value:?} is not an IP address")),
+                ),
+                _ => (None, Some(format!("address type {kind} is not supported"))),
+            }
+        }
+        _ => (
+            None,
+            Some("Gatehouse serves a Gateway on one address only".to_string()),
+        ),
+    }
+}
+
+fn supported_kinds(protocol: &str) -> &'static [&'static str] {
+    match protocol {
+        "HTTP" => &["HTTPRoute"],
+        _ => &[],
+    }
+}
+
+fn listener(l: &GatewayListeners) -> ListenerCtx {
+    let protocol = l.protocol.clone();
+    let supported = supported_kinds(&protocol);
+    let mut conditions = ListenerConditions {
+        unsupported_protocol: supported.is_empty(),
+        ..Default::default()
+    };
+    let requested = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
+    let kinds = match requested {
+        None => supported
+            .iter()
+            .map(|k| (GATEWAY_GROUP.to_string(), k.to_string()))
+            .collect(),
+        Some(list) => {
+            let mut kinds = Vec::new();
+            for k in list {
+                let group = k.group.clone().unwrap_or_else(|| GATEWAY_GROUP.to_string());
+                if group == GATEWAY_GROUP && supported.contains(&k.kind.as_str()) {
+                    kinds.push((group, k.kind.clone()));
+                } else {
+                    conditions.invalid_kinds.push(format!("{group}/{}", k.kind));
+                }
+            }
+            kinds
+        }
+    };
+    let namespaces = match l
+        .allowed_routes
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref())
+    {
+        None => AllowedNamespaces::Same,
+        Some(ns) => match ns.from {
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => AllowedNamespaces::All,
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
+                let sel = ns.selector.as_ref();
+                AllowedNamespaces::Selector {
+                    labels: sel.and_then(|s| s.match_labels.clone()),
+                    expressions: sel
+                        .and_then(|s| s.match_expressions.as_ref())
+                        .into_iter()
+                        .flatten()
+                        .map(|e| {
+                            (
+                                e.key.clone(),
+                                e.operator.clone(),
+                                e.values.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect(),
+                }
+            }
+            _ => AllowedNamespaces::Same,
+        },
+    };
+    ListenerCtx {
+        name: l.name.clone(),
+        port: u16::try_from(l.port).unwrap_or(0),
+        protocol,
+        hostname: l.hostname.as_ref().map(|h| h.to_ascii_lowercase()),
+        kinds,
+        namespaces,
+        attached_routes: 0,
+        conditions,
+    }
+}
+
+/// Listeners sharing a port must agree on the protocol family and have distinct hostnames;
+/// every listener involved in a conflict is marked, because none of them can be served as asked.
+fn mark_conflicts(listeners: &mut [ListenerCtx]) {
+    let family = |p: &str| match p {
+        "HTTP" => "http",
+        "HTTPS" | "TLS" => "tls",
+        other => {
+            if other == "UDP" {
+                "udp"
+            } else {
+                "tcp"
+            }
+        }
+    };
+    for i in 0..listeners.len() {
+        for j in 0..listeners.len() {
+            if i == j || listeners[i].port != listeners[j].port {
+                continue;
+            }
+            let (a, b) = (&listeners[i], &listeners[j]);
+            let reason = if family(&a.protocol) != family(&b.protocol) {
+                Some(PROTOCOL_CONFLICT)
+            } else if a.protocol == b.protocol && a.hostname == b.hostname {
+                Some(HOSTNAME_CONFLICT)
+            } else {
+                None
+            };
+            if let Some(r) = reason {
+                // Protocol conflicts outrank hostname conflicts when both apply.
+                if listeners[i].conditions.conflict != Some(PROTOCOL_CONFLICT) {
+                    listeners[i].conditions.conflict = Some(r);
+                }
+            }
+        }
+    }
+}
+
+/// The Gateway's status once routes have been attached (attachedRoutes is known).
+pub fn status(gw: &GatewayCtx) -> GatewayStatus {
+    let generation = gw.object.metadata.generation;
+    let listeners: Vec<GatewayStatusListeners> = gw
+        .listeners
+        .iter()
+        .map(|l| listener_status(l, generation))
+        .collect();
+    let programmed = gw.listeners.iter().filter(|l| l.programmable()).count();
+    let all_valid = programmed == gw.listeners.len();
+
+    let (accepted, programmed_cond) = match &gw.address_problem {
+        Some(problem) => (
+            condition(
+                ACCEPTED,
+                false,
+                UNSUPPORTED_ADDRESS,
+                problem.clone(),
+                generation,
+            ),
+            condition(
+                PROGRAMMED,
+                false,
+                ADDRESS_NOT_USABLE,
+                problem.clone(),
+                generation,
+            ),
+        ),
+        None => {
+            let accepted = if all_valid {
+                condition(
+                    ACCEPTED,
+                    true,
+                    ACCEPTED,
+                    "Accepted by Gatehouse",
+                    generation,
+                )
+            } else {
+                condition(
+                    ACCEPTED,
+                    programmed > 0,
+                    LISTENERS_NOT_VALID,
+                    format!(
+                        "{} of {} listeners are not valid",
+                        gw.listeners.len() - programmed,
+                        gw.listeners.len()
+                    ),
+                    generation,
+                )
+            };
+            let prog = if programmed > 0 {
+                condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation)
+            } else {
+                condition(
+                    PROGRAMMED,
+                    false,
+                    INVALID,
+                    "no listener can be served",
+                    generation,
+                )
+            };
+            (accepted, prog)
+        }
+    };
+    GatewayStatus {
+        addresses: gw.address.map(|a| {
+            vec![GatewayStatusAddresses {
+                r#type: Some("IPAddress".into()),
+                value: a.to_string(),
+            }]
+        }),
+        attached_listener_sets: None,
+        conditions: Some(vec![accepted, programmed_cond]),
+        listeners: Some(listeners),
+    }
+}
+
+fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusListeners {
+    let c = &l.conditions;
+    let accepted = if c.unsupported_protocol {
+        condition(
+            ACCEPTED,
+            false,
+            UNSUPPORTED_PROTOCOL,
+            format!("protocol {} is not supported yet", l.protocol),
+            generation,
+        )
+    } else {
+        condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
+    };
+    let conflicted = match c.conflict {
+        Some(reason) => condition(
+            CONFLICTED,
+            true,
+            reason,
+            format!(
+                "another listener on port {} conflicts with this one ({reason})",
+                l.port
+            ),
+            generation,
+        ),
+        None => condition(CONFLICTED, false, NO_CONFLICTS, "No conflicts", generation),
+    };
+    let resolved = if c.invalid_kinds.is_empty() {
+        condition(RESOLVED_REFS, true, RESOLVED_REFS, "Resolved", generation)
+    } else {
+        condition(
+            RESOLVED_REFS,
+            false,
+            INVALID_ROUTE_KINDS,
+            format!(
+                "route kinds not supported on this listener: {}",
+                c.invalid_kinds.join(", ")
+            ),
+            generation,
+        )
+    };
+    let programmed = if l.programmable() {
+        condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation)
+    } else {
+        condition(
+            PROGRAMMED,
+            false,
+            INVALID,
+            "see the Accepted and Conflicted conditions",
+            generation,
+        )
+    };
+    let conditions: Vec<Condition> = vec![accepted, programmed, resolved, conflicted];
+    GatewayStatusListeners {
+        attached_routes: l.attached_routes,
+        conditions,
+        name: l.name.clone(),
+        supported_kinds: Some(
+            l.kinds
+                .iter()
+                .map(|(g, k)| GatewayStatusListenersSupportedKinds {
+                    group: Some(g.clone()),
+                    kind: k.clone(),
+                })
+                .collect(),
+        ),
+    }
+}
