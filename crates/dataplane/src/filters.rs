@@ -1,0 +1,276 @@
+//! Rule and backend filters: header modifiers, redirects and URL rewrites.
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use std::borrow::Cow;
+
+#[derive(Debug)]
+pub(crate) enum Filter {
+    RequestHeaders(HeaderMods),
+    ResponseHeaders(HeaderMods),
+    Redirect(RedirectSpec),
+    UrlRewrite(RewriteSpec),
+    /// A filter the IR holds but that could not be compiled; its rule answers 500 rather than
+    /// silently skipping it.
+    Invalid,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct HeaderMods {
+    pub set: Box<[(HeaderName, HeaderValue)]>,
+    pub add: Box<[(HeaderName, HeaderValue)]>,
+    pub remove: Box<[HeaderName]>,
+}
+
+impl HeaderMods {
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+        for (name, value) in &self.set {
+            headers.insert(name.clone(), value.clone());
+        }
+        for (name, value) in &self.add {
+            headers.append(name.clone(), value.clone());
+        }
+        for name in &self.remove {
+            headers.remove(name);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum PathModifier {
+    Full(Box<str>),
+    Prefix(Box<str>),
+}
+
+impl PathModifier {
+    /// `matched_prefix` is what the route's path match covered (see
+    /// `PathMatcher::replaceable_prefix`); without one, `ReplacePrefixMatch` leaves the path be.
+    pub(crate) fn apply<'p>(&self, path: &'p str, matched_prefix: Option<&str>) -> Cow<'p, str> {
+        match self {
+            PathModifier::Full(p) => Cow::Owned(p.to_string()),
+            PathModifier::Prefix(replacement) => match matched_prefix {
+                Some(prefix) => replace_prefix(path, prefix, replacement)
+                    .map_or(Cow::Borrowed(path), Cow::Owned),
+                None => Cow::Borrowed(path),
+            },
+        }
+    }
+}
+
+/// Gateway API `ReplacePrefixMatch`: swaps the matched path elements for `replacement` and
+/// never yields an empty path or a `//` at the seam. `None` if `path` does not start with the
+/// prefix (the match guarantees it does, up to an element boundary).
+pub(crate) fn replace_prefix(path: &str, prefix: &str, replacement: &str) -> Option<String> {
+    let prefix = prefix.trim_end_matches('/');
+    let rest = path.strip_prefix(prefix)?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    let replacement = replacement.trim_end_matches('/');
+    let mut out = String::with_capacity(replacement.len() + rest.len() + 1);
+    if !replacement.starts_with('/') {
+        out.push('/');
+    }
+    out.push_str(replacement);
+    if !rest.is_empty() {
+        // `rest` brings its own leading slash.
+        if out == "/" {
+            out.clear();
+        }
+        out.push_str(rest);
+    }
+    Some(out)
+}
+
+#[derive(Debug)]
+pub(crate) struct RedirectSpec {
+    pub scheme: Box<str>,
+    pub hostname: Option<Box<str>>,
+    pub port: Option<u16>,
+    pub path: Option<PathModifier>,
+    pub status: StatusCode,
+}
+
+impl RedirectSpec {
+    /// `request_host` is the normalised request host (no port).
+    pub(crate) fn location(
+        &self,
+        request_host: &str,
+        path: &str,
+        query: Option<&str>,
+        matched_prefix: Option<&str>,
+    ) -> String {
+        let host = self.hostname.as_deref().unwrap_or(request_host);
+        let path = match &self.path {
+            Some(m) => m.apply(path, matched_prefix),
+            None => Cow::Borrowed(path),
+        };
+        let mut out = String::with_capacity(
+            self.scheme.len() + host.len() + path.len() + query.map_or(0, str::len) + 16,
+        );
+        out.push_str(&self.scheme);
+        out.push_str("://");
+        out.push_str(host);
+        // The scheme's own port is left out, as Gateway API asks (and browsers would drop it).
+        let well_known = match &*self.scheme {
+            "http" => Some(80),
+            "https" => Some(443),
+            _ => None,
+        };
+        if let Some(port) = self.port.filter(|&p| Some(p) != well_known) {
+            out.push(':');
+            out.push_str(itoa_u16(port, &mut [0; 5]));
+        }
+        if !path.starts_with('/') {
+            out.push('/');
+        }
+        out.push_str(&path);
+        if let Some(q) = query {
+            out.push('?');
+            out.push_str(q);
+        }
+        out
+    }
+}
+
+fn itoa_u16(mut n: u16, buf: &mut [u8; 5]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+#[derive(Debug)]
+pub(crate) struct RewriteSpec {
+    pub hostname: Option<HeaderValue>,
+    pub path: Option<PathModifier>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_prefix_match_table() {
+        let cases = [
+            // (path, prefix, replacement, expected)
+            ("/foo", "/foo", "/bar", "/bar"),
+            ("/foo/", "/foo", "/bar", "/bar/"),
+            ("/foo/x", "/foo", "/bar", "/bar/x"),
+            ("/foo/x", "/foo", "/", "/x"),
+            ("/foo", "/foo", "/", "/"),
+            ("/foo/", "/foo", "/", "/"),
+            // The Gateway API specification's table.
+            ("/foo/bar", "/foo", "/xyz", "/xyz/bar"),
+            ("/foo/bar", "/foo", "/xyz/", "/xyz/bar"),
+            ("/foo/bar", "/foo/", "/xyz", "/xyz/bar"),
+            ("/foo/bar", "/foo/", "/xyz/", "/xyz/bar"),
+            ("/foo", "/foo", "/xyz", "/xyz"),
+            ("/foo/", "/foo", "/xyz", "/xyz/"),
+            ("/foo/bar", "/", "", "/foo/bar"),
+            ("/foo/", "/", "", "/foo/"),
+            ("/foo/", "/", "/", "/foo/"),
+            ("/", "/", "/", "/"),
+            ("/", "/", "/bar", "/bar/"),
+            ("/x", "/", "/bar", "/bar/x"),
+            ("/foo", "/foo", "", "/"),
+            ("/foo/x", "/foo", "bar", "/bar/x"),
+        ];
+        for (path, prefix, replacement, expected) in cases {
+            let got = replace_prefix(path, prefix, replacement).unwrap();
+            assert_eq!(
+                got, expected,
+                "{path} with prefix {prefix} -> {replacement}"
+            );
+            assert!(!got.contains("//"), "{got}");
+        }
+        assert_eq!(replace_prefix("/other", "/foo", "/bar"), None);
+        assert_eq!(replace_prefix("/foobar", "/foo", "/bar"), None);
+    }
+
+    fn redirect(
+        hostname: Option<&str>,
+        port: Option<u16>,
+        path: Option<PathModifier>,
+    ) -> RedirectSpec {
+        RedirectSpec {
+            scheme: "https".into(),
+            hostname: hostname.map(Into::into),
+            port,
+            path,
+            status: StatusCode::FOUND,
+        }
+    }
+
+    #[test]
+    fn redirect_location() {
+        let r = redirect(None, None, None);
+        assert_eq!(
+            r.location("cafe.example.com", "/coffee", Some("a=1"), Some("/coffee")),
+            "https://cafe.example.com/coffee?a=1"
+        );
+        let r = redirect(Some("tea.example.com"), Some(8443), None);
+        assert_eq!(
+            r.location("cafe.example.com", "/x", None, None),
+            "https://tea.example.com:8443/x"
+        );
+        let r = redirect(None, Some(443), None);
+        assert_eq!(r.location("h", "/", None, None), "https://h/");
+        let r = redirect(None, None, Some(PathModifier::Full("/new".into())));
+        assert_eq!(
+            r.location("h", "/old/path", Some("q"), None),
+            "https://h/new?q"
+        );
+        let r = redirect(None, None, Some(PathModifier::Prefix("/v2".into())));
+        assert_eq!(
+            r.location("h", "/v1/items", None, Some("/v1")),
+            "https://h/v2/items"
+        );
+        let http = RedirectSpec {
+            scheme: "http".into(),
+            ..redirect(None, Some(8080), None)
+        };
+        assert_eq!(http.location("h", "/", None, None), "http://h:8080/");
+    }
+
+    #[test]
+    fn header_mods_set_add_remove() {
+        let mods = HeaderMods {
+            set: vec![(
+                HeaderName::from_static("x-set"),
+                HeaderValue::from_static("new"),
+            )]
+            .into(),
+            add: vec![(
+                HeaderName::from_static("x-add"),
+                HeaderValue::from_static("two"),
+            )]
+            .into(),
+            remove: vec![HeaderName::from_static("x-gone")].into(),
+        };
+        let mut h = HeaderMap::new();
+        h.append("x-set", HeaderValue::from_static("old1"));
+        h.append("x-set", HeaderValue::from_static("old2"));
+        h.insert("x-add", HeaderValue::from_static("one"));
+        h.insert("x-gone", HeaderValue::from_static("bye"));
+        mods.apply(&mut h);
+        assert_eq!(h.get_all("x-set").iter().collect::<Vec<_>>(), ["new"]);
+        assert_eq!(
+            h.get_all("x-add").iter().collect::<Vec<_>>(),
+            ["one", "two"]
+        );
+        assert!(!h.contains_key("x-gone"));
+    }
+
+    #[test]
+    fn small_itoa() {
+        for n in [0u16, 7, 80, 8080, 65535] {
+            assert_eq!(itoa_u16(n, &mut [0; 5]), n.to_string());
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The Gatehouse data plane: listeners, router, filters, balancer and upstream clients.
+//!
+//! [`DataPlane::apply`] compiles a [`gatehouse_ir::Config`] into per-socket routing tables off
+//! the request path and swaps them in atomically; requests in flight finish on the table they
+//! started with. Sockets are opened and closed as listener addresses come and go, and nothing
+//! ever reloads.
+//!
+//! Module map: `compile` (IR -> tables), `router` (host and rule matching), `filters` (header
+//! modifiers, redirects, rewrites), `balancer` (weighted and round-robin choice), `upstream`
+//! (clients, hop-by-hop hygiene, upgrades), `proxy` (the request path), `listeners` (sockets,
+//! accept, drain), `metrics`.
+
+mod balancer;
+mod compile;
+mod filters;
+mod listeners;
+mod metrics;
+mod proxy;
+mod router;
+mod upstream;
+
+pub use metrics::Metrics;
+
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use listeners::BoundSocket;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+/// Tunables of the data plane.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// TCP connect timeout towards backends.
+    pub connect_timeout: Duration,
+    /// How long an idle pooled backend connection is kept.
+    pub pool_idle_timeout: Duration,
+    /// Time to response headers when a rule sets no timeout. `None`: unbounded.
+    pub default_request_timeout: Option<Duration>,
+    /// Slowloris guard: an HTTP/1 client must send its request headers within this time.
+    pub header_read_timeout: Duration,
+    /// Largest request head accepted (HTTP/1 buffer, HTTP/2 header list). Bigger heads get a
+    /// 431 or a clean close. Values below 8 KiB are raised to 8 KiB (hyper's minimum buffer).
+    pub max_header_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_timeout: Duration::from_secs(5),
+            pool_idle_timeout: Duration::from_secs(90),
+            default_request_timeout: Some(Duration::from_secs(60)),
+            header_read_timeout: Duration::from_secs(30),
+            max_header_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// An address `apply` could not bind. It is retried on the next apply that still lists it.
+#[derive(Debug)]
+pub struct BindError {
+    pub address: SocketAddr,
+    pub error: std::io::Error,
+}
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot listen on {}: {}", self.address, self.error)
+    }
+}
+
+impl std::error::Error for BindError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// What every socket, connection and request shares.
+pub(crate) struct Shared {
+    pub metrics: Arc<Metrics>,
+    pub upstreams: upstream::Upstreams,
+    pub server: auto::Builder<TokioExecutor>,
+    /// Accept loops, connections and upgraded tunnels, so that shutdown can wait for them.
+    pub tasks: TaskTracker,
+    /// Parent of every socket's stop token: cancelling it drains everything.
+    pub draining: CancellationToken,
+    /// Cancelled when the shutdown grace period is over: whatever is left is dropped.
+    pub kill: CancellationToken,
+    pub default_request_timeout: Option<Duration>,
+}
+
+/// The running data plane. Cheap to share; all methods take `&self`.
+pub struct DataPlane {
+    shared: Arc<Shared>,
+    /// Control path only (apply, shutdown, readiness); requests never touch it.
+    sockets: Mutex<HashMap<SocketAddr, BoundSocket>>,
+    /// Serialises applies so that binds and removals of two applies never interleave.
+    apply_lock: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for DataPlane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataPlane")
+            .field("bound", &self.bound_addresses())
+            .finish_non_exhaustive()
+    }
+}
+
+fn server_builder(options: &Options) -> auto::Builder<TokioExecutor> {
+    let max_head = options.max_header_bytes.max(8 * 1024);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(options.header_read_timeout)
+        // The read buffer bounds the request head: beyond it hyper answers 431 and closes.
+        .max_buf_size(max_head);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX));
+    builder
+}
+
+impl DataPlane {
+    pub fn new(options: Options, metrics: Arc<Metrics>) -> Arc<Self> {
+        let shared = Shared {
+            upstreams: upstream::Upstreams::new(&options),
+            server: server_builder(&options),
+            metrics,
+            tasks: TaskTracker::new(),
+            draining: CancellationToken::new(),
+            kill: CancellationToken::new(),
+            default_request_timeout: options.default_request_timeout,
+        };
+        Arc::new(DataPlane {
+            shared: Arc::new(shared),
+            sockets: Mutex::new(HashMap::new()),
+            apply_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn sockets(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, BoundSocket>> {
+        // A panic while holding this lock cannot leave the map half-updated in a way that
+        // matters more than refusing to serve, so poisoning is ignored.
+        self.sockets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Compile `config` off the request path, bind sockets for new listener addresses, swap the
+    /// compiled tables into already-bound sockets atomically, stop accepting on addresses no
+    /// longer present (their open connections drain gracefully). Returns one error per address
+    /// it could not bind; everything else is still applied. Listeners that did not change keep
+    /// their sockets and connections.
+    pub async fn apply(&self, config: &gatehouse_ir::Config) -> Vec<BindError> {
+        let _serial = self.apply_lock.lock().await;
+        if self.shared.draining.is_cancelled() {
+            warn!("apply after shutdown ignored");
+            return Vec::new();
+        }
+        let tables = compile::Compiler {
+            metrics: &self.shared.metrics,
+            upstreams: &self.shared.upstreams,
+            default_timeout: self.shared.default_request_timeout,
+        }
+        .compile(config);
+
+        // Close removed addresses first, so that an address moving between two listeners (or
+        // from a wildcard to a specific IP) can be bound again in this same apply.
+        let removed: Vec<(SocketAddr, BoundSocket)> = {
+            let mut sockets = self.sockets();
+            let gone: Vec<SocketAddr> = sockets
+                .keys()
+                .filter(|addr| !tables.contains_key(addr))
+                .copied()
+                .collect();
+            gone.into_iter()
+                .filter_map(|addr| sockets.remove(&addr).map(|s| (addr, s)))
+                .collect()
+        };
+        for (_, socket) in &removed {
+            socket.stop.cancel();
+        }
+        for (address, socket) in removed {
+            let _ = socket.accept.await;
+            info!(%address, "listener removed; its connections drain");
+        }
+
+        let mut errors = Vec::new();
+        let mut sockets = self.sockets();
+        for (address, table) in tables {
+            if let Some(socket) = sockets.get(&address) {
+                socket.state.table.store(Arc::new(table));
+                continue;
+            }
+            match listeners::bind(address) {
+                Ok(listener) => {
+                    let stop = self.shared.draining.child_token();
+                    let socket = listeners::start(listener, table, self.shared.clone(), stop);
+                    sockets.insert(address, socket);
+                    info!(%address, "listening");
+                }
+                Err(error) => {
+                    warn!(%address, %error, "cannot bind listener");
+                    errors.push(BindError { address, error });
+                }
+            }
+        }
+        errors
+    }
+
+    /// Stop accepting everywhere, let in-flight requests finish, close idle keep-alive
+    /// connections, return when all connections are done or `grace` elapsed (then the rest,
+    /// including upgraded tunnels, is dropped).
+    pub async fn shutdown(&self, grace: Duration) {
+        let _serial = self.apply_lock.lock().await;
+        self.shared.draining.cancel();
+        let sockets: Vec<BoundSocket> = self.sockets().drain().map(|(_, s)| s).collect();
+        for socket in sockets {
+            let _ = socket.accept.await;
+        }
+        self.shared.tasks.close();
+        if tokio::time::timeout(grace, self.shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                remaining = self.shared.tasks.len(),
+                "shutdown grace elapsed; closing remaining connections"
+            );
+        }
+        self.shared.kill.cancel();
+    }
+
+    /// Addresses currently bound (tests and /readyz use it).
+    pub fn bound_addresses(&self) -> Vec<SocketAddr> {
+        let mut addrs: Vec<SocketAddr> = self.sockets().keys().copied().collect();
+        addrs.sort();
+        addrs
+    }
+}

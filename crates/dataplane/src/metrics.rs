@@ -1,0 +1,157 @@
+//! Prometheus metrics of the data plane.
+//!
+//! Label sets hold `Arc<str>` built once per apply, so recording a request clones reference
+//! counts instead of formatting strings. The per-rule histogram and the per-rule `200` counter
+//! are resolved at compile time, which keeps the common case off the family's lock.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub gateway: Arc<str>,
+    pub route: Arc<str>,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RouteLabels {
+    pub gateway: Arc<str>,
+    pub route: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClusterLabels {
+    pub cluster: Arc<str>,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// Time-to-response-headers buckets: sub-millisecond proxying up to the 60 s default timeout.
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        60.0,
+    ])
+}
+
+/// The data plane's metrics. Names are registered as given (no registry prefix is assumed).
+#[derive(Debug)]
+pub struct Metrics {
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) duration: HistogramFamily,
+    pub(crate) connect_failures: Family<ClusterLabels, Counter>,
+    pub(crate) connections_active: Gauge,
+    pub(crate) connections_total: Counter,
+}
+
+impl Metrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let metrics = Metrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+            connect_failures: Family::default(),
+            connections_active: Gauge::default(),
+            connections_total: Counter::default(),
+        };
+        registry.register(
+            "gatehouse_http_requests",
+            "HTTP requests answered, by gateway, route and status code",
+            metrics.requests.clone(),
+        );
+        registry.register_with_unit(
+            "gatehouse_http_request_duration",
+            "Time from request start to response headers",
+            Unit::Seconds,
+            metrics.duration.clone(),
+        );
+        registry.register(
+            "gatehouse_upstream_connect_failures",
+            "Failed connection attempts to backend endpoints",
+            metrics.connect_failures.clone(),
+        );
+        registry.register(
+            "gatehouse_downstream_connections_active",
+            "Client connections currently open (including upgraded tunnels)",
+            metrics.connections_active.clone(),
+        );
+        registry.register(
+            "gatehouse_downstream_connections",
+            "Client connections accepted",
+            metrics.connections_total.clone(),
+        );
+        metrics
+    }
+
+    /// Metrics registered nowhere, for tests and embedders that do not export them.
+    pub fn unregistered() -> Self {
+        Metrics::new(&mut Registry::default())
+    }
+
+    pub(crate) fn route_histogram(&self, labels: &RouteLabels) -> Histogram {
+        self.duration.get_or_create_owned(labels)
+    }
+
+    pub(crate) fn request_counter(&self, labels: &RouteLabels, code: u16) -> Counter {
+        self.requests.get_or_create_owned(&RequestLabels {
+            gateway: labels.gateway.clone(),
+            route: labels.route.clone(),
+            code,
+        })
+    }
+
+    pub(crate) fn cluster_connect_failures(&self, cluster: &Arc<str>) -> Counter {
+        self.connect_failures.get_or_create_owned(&ClusterLabels {
+            cluster: cluster.clone(),
+        })
+    }
+}
+
+/// Pre-resolved metric handles for one label set (a rule, or "nothing matched" on a listener).
+/// `usual_code` is the code whose counter is resolved up front (200 for rules, 404 for "nothing
+/// matched"); any other code pays one lookup in the family.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteMetrics {
+    labels: RouteLabels,
+    duration: Histogram,
+    usual_code: u16,
+    usual: Counter,
+}
+
+impl RouteMetrics {
+    pub(crate) fn new(
+        metrics: &Metrics,
+        gateway: Arc<str>,
+        route: Arc<str>,
+        usual_code: u16,
+    ) -> Self {
+        let labels = RouteLabels { gateway, route };
+        RouteMetrics {
+            duration: metrics.route_histogram(&labels),
+            usual: metrics.request_counter(&labels, usual_code),
+            usual_code,
+            labels,
+        }
+    }
+
+    pub(crate) fn record(&self, metrics: &Metrics, code: u16, elapsed: std::time::Duration) {
+        self.duration.observe(elapsed.as_secs_f64());
+        if code == self.usual_code {
+            self.usual.inc();
+        } else {
+            metrics
+                .requests
+                .get_or_create(&RequestLabels {
+                    gateway: self.labels.gateway.clone(),
+                    route: self.labels.route.clone(),
+                    code,
+                })
+                .inc();
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Upstream clients, hop-by-hop header hygiene and upgrade splicing.
+//!
+//! HTTP/1.1 (and WebSocket) clusters go through hyper-util's pooled legacy client keyed by
+//! endpoint address. h2c clusters do not: that client puts the URI authority in `:authority`,
+//! and the URI authority must be the endpoint so that the pool connects to it, which would hide
+//! the request host from the backend (RFC 9113 §8.3.1 wants `:authority`, not `Host`). So each
+//! h2c endpoint owns one multiplexed connection whose requests carry the real host as
+//! `:authority`; the connection is shared across applies while the endpoint stays configured.
+
+use crate::Options;
+use crate::compile::Endpoint;
+use arc_swap::ArcSwapOption;
+use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Version};
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug)]
+pub(crate) enum UpstreamError {
+    /// No connection could be made (refused, unreachable, connect timeout).
+    Connect(BoxError),
+    /// The connection failed after it was made.
+    Failed(BoxError),
+}
+
+pub(crate) struct Upstreams {
+    http1: Client<HttpConnector, Incoming>,
+    /// Used at compile time only, so that applies keep reusing live h2 connections.
+    h2: Mutex<HashMap<SocketAddr, Weak<H2Endpoint>>>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams").finish_non_exhaustive()
+    }
+}
+
+impl Upstreams {
+    pub(crate) fn new(options: &Options) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(options.connect_timeout));
+        connector.set_nodelay(true);
+        let http1 = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(options.pool_idle_timeout)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            // The proxy always sets Host itself (original or rewritten host).
+            .set_host(false)
+            .build(connector);
+        Upstreams {
+            http1,
+            h2: Mutex::new(HashMap::new()),
+            connect_timeout: options.connect_timeout,
+        }
+    }
+
+    pub(crate) fn h2_endpoint(&self, addr: SocketAddr) -> Arc<H2Endpoint> {
+        let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = map.get(&addr).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let endpoint = Arc::new(H2Endpoint {
+            addr,
+            connect_timeout: self.connect_timeout,
+            sender: ArcSwapOption::empty(),
+            connecting: tokio::sync::Mutex::new(()),
+        });
+        map.insert(addr, Arc::downgrade(&endpoint));
+        endpoint
+    }
+
+    pub(crate) fn prune_h2(&self) {
+        let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+    }
+
+    /// `req` must already carry its upstream URI (`http://<endpoint>/...` for HTTP/1,
+    /// `http://<host>/...` for h2c) and version.
+    pub(crate) async fn send(
+        &self,
+        endpoint: &Endpoint,
+        req: Request<Incoming>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match &endpoint.h2 {
+            Some(h2) => h2.send(req).await,
+            None => self.http1.request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    UpstreamError::Connect(e.into())
+                } else {
+                    UpstreamError::Failed(e.into())
+                }
+            }),
+        }
+    }
+}
+
+/// One h2c backend endpoint and its shared connection.
+pub(crate) struct H2Endpoint {
+    addr: SocketAddr,
+    connect_timeout: Duration,
+    /// Read lock-free by every request; replaced when the connection dies.
+    sender: ArcSwapOption<http2::SendRequest<Incoming>>,
+    /// Only taken to (re)connect, so that a burst does not open one connection per request.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for H2Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Endpoint")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl H2Endpoint {
+    fn live_sender(&self) -> Option<http2::SendRequest<Incoming>> {
+        self.sender
+            .load()
+            .as_ref()
+            .filter(|s| !s.is_closed())
+            .map(|s| http2::SendRequest::clone(s))
+    }
+
+    async fn sender(&self) -> Result<http2::SendRequest<Incoming>, UpstreamError> {
+        if let Some(s) = self.live_sender() {
+            return Ok(s);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(s) = self.live_sender() {
+            return Ok(s);
+        }
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr))
+            .await
+            .map_err(|e| UpstreamError::Connect(e.into()))?
+            .map_err(|e| UpstreamError::Connect(e.into()))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(30))
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| UpstreamError::Connect(e.into()))?;
+        let addr = self.addr;
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                debug!(%addr, %error, "h2c upstream connection ended");
+            }
+        });
+        self.sender.store(Some(Arc::new(sender.clone())));
+        Ok(sender)
+    }
+
+    async fn send(&self, req: Request<Incoming>) -> Result<Response<Incoming>, UpstreamError> {
+        let mut sender = self.sender().await?;
+        match sender.try_send_request(req).await {
+            Ok(resp) => Ok(resp),
+            Err(mut e) => match e.take_message() {
+                // The connection went away before the request left: one fresh connection.
+                Some(req) => {
+                    let mut sender = self.sender().await?;
+                    sender
+                        .send_request(req)
+                        .await
+                        .map_err(|e| UpstreamError::Failed(e.into()))
+                }
+                None => Err(UpstreamError::Failed(e.into_error().into())),
+            },
+        }
+    }
+}
+
+fn tokens(value: &HeaderValue) -> impl Iterator<Item = &str> {
+    value
+        .to_str()
+        .ok()
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .filter(|t| !t.is_empty())
+}
+
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .any(|v| tokens(v).any(|t| t.eq_ignore_ascii_case(token)))
+}
+
+/// The `Upgrade` value of an HTTP/1.1 upgrade request (`Connection: upgrade` + `Upgrade`).
+pub(crate) fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if req.version() != Version::HTTP_11 || !has_token(req.headers(), CONNECTION, "upgrade") {
+        return None;
+    }
+    req.headers().get(UPGRADE).cloned()
+}
+
+/// Removes hop-by-hop fields (RFC 9110 §7.6.1): `Connection` and every field it names,
+/// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and `TE` except for
+/// `trailers`. Proxy-Authenticate/Authorization are end-to-end in RFC 9110 and stay.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    match headers.get_all(CONNECTION).iter().count() {
+        0 => {}
+        1 => {
+            if let Some(value) = headers.remove(CONNECTION) {
+                remove_listed(headers, &value);
+            }
+        }
+        _ => {
+            let values: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
+            headers.remove(CONNECTION);
+            for value in &values {
+                remove_listed(headers, value);
+            }
+        }
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    headers.remove(TRANSFER_ENCODING);
+    headers.remove(UPGRADE);
+    if headers.contains_key(TE) {
+        let trailers = has_token(headers, TE, "trailers");
+        headers.remove(TE);
+        if trailers {
+            headers.insert(TE, HeaderValue::from_static("trailers"));
+        }
+    }
+}
+
+fn remove_listed(headers: &mut HeaderMap, connection: &HeaderValue) {
+    for name in tokens(connection) {
+        // `&str` lookups parse the name on the stack; invalid names simply match nothing.
+        headers.remove(name);
+    }
+}
+
+/// Puts back what an upgrade needs after `strip_hop_by_hop`.
+pub(crate) fn restore_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, protocol);
+}
+
+/// Splices an upgraded client connection to its upgraded backend connection until either
+/// side closes.
+pub(crate) async fn splice(downstream: OnUpgrade, upstream: OnUpgrade) {
+    let (downstream, upstream) = match tokio::try_join!(downstream, upstream) {
+        Ok(pair) => pair,
+        Err(error) => {
+            debug!(%error, "upgrade did not complete");
+            return;
+        }
+    };
+    let mut downstream = TokioIo::new(downstream);
+    let mut upstream = TokioIo::new(upstream);
+    if let Err(error) = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await {
+        debug!(%error, "upgraded connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (n, v) in pairs {
+            h.append(*n, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_listed() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("te", "gzip, trailers"),
+            ("x-secret", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("proxy-authenticate", "Basic"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["proxy-authenticate", "proxy-authorization", "te", "x-kept"]
+        );
+        assert_eq!(h.get(TE).unwrap(), "trailers");
+
+        let mut h = map(&[("te", "gzip"), ("x-a", "1")]);
+        strip_hop_by_hop(&mut h);
+        assert!(!h.contains_key(TE));
+        assert!(h.contains_key("x-a"));
+    }
+
+    #[test]
+    fn detects_upgrades() {
+        let req = |conn: &'static str, version| {
+            Request::builder()
+                .version(version)
+                .header("connection", conn)
+                .header("upgrade", "websocket")
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(
+            upgrade_protocol(&req("keep-alive, Upgrade", Version::HTTP_11)).unwrap(),
+            "websocket"
+        );
+        assert!(upgrade_protocol(&req("keep-alive", Version::HTTP_11)).is_none());
+        assert!(upgrade_protocol(&req("upgrade", Version::HTTP_2)).is_none());
+    }
+}
