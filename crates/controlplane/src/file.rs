@@ -1,0 +1,792 @@
+//! The file source: Kubernetes-style YAML manifests from a file or a directory tree.
+//!
+//! [`FileSource::load`] re-reads every file and returns one [`Input`] snapshot plus the
+//! errors, each naming a file and a line. A file with any error contributes the objects of
+//! its last successful load instead of its new content ("last good"), so a broken edit
+//! loses nothing and fixing the file applies it. A deleted file contributes nothing.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
+
+use gatehouse_translate::Input;
+use gateway_api::apis::standard::gatewayclasses::GatewayClass;
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::httproutes::{
+    HttpRoute, HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesQueryParamsType,
+};
+use gateway_api::apis::standard::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use crate::locate::{self, Document, Seg, key};
+
+/// A problem in one file, at one line when it is known.
+///
+/// Displays as `path:line: message` (or `path: message` without a line), the format editors
+/// and terminals turn into links.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadError {
+    pub file: PathBuf,
+    /// 1-based line in the file.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file.display(), line, self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// The result of one [`FileSource::load`].
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// Every object to serve: new content of the good files, last-good content of the others.
+    pub input: Input,
+    /// Errors; a file listed here is served from its last good load (see `stale_files`).
+    pub errors: Vec<LoadError>,
+    /// Non-fatal findings (unknown fields, ignored namespaces). Already logged with
+    /// `tracing::warn!` when the file was parsed; returned on every load for callers that
+    /// want to show them (a CLI check, tests).
+    pub warnings: Vec<LoadError>,
+    /// Files with errors whose previous good content is served instead of the new one.
+    pub stale_files: Vec<PathBuf>,
+}
+
+impl Loaded {
+    /// True if every file loaded without error.
+    pub fn is_ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Reads Gateway API and core objects from a YAML file or a directory of YAML files.
+///
+/// A directory is read recursively: every `*.yaml` / `*.yml` file, in sorted path order;
+/// hidden files and directories (`.x`, which includes `.#x` and `.x.swp`), backups (`x~`)
+/// and Emacs autosaves (`#x#`) are skipped. A single file given explicitly is read
+/// whatever its extension.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    files: BTreeMap<PathBuf, FileState>,
+}
+
+#[derive(Debug)]
+struct FileState {
+    /// The text `parsed` was computed from; `None` until the first read.
+    content: Option<String>,
+    parsed: Parsed,
+    last_good: Option<Arc<Vec<Located>>>,
+}
+
+#[derive(Debug, Default)]
+struct Parsed {
+    objects: Arc<Vec<Located>>,
+    errors: Vec<LoadError>,
+    warnings: Vec<LoadError>,
+}
+
+#[derive(Clone, Debug)]
+struct Located {
+    object: Object,
+    /// File line of `metadata.name` (or of the start of the object).
+    line: usize,
+}
+
+#[derive(Clone, Debug)]
+enum Object {
+    GatewayClass(GatewayClass),
+    Gateway(Gateway),
+    HttpRoute(HttpRoute),
+    ReferenceGrant(ReferenceGrant),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
+    Namespace(Namespace),
+}
+
+type Key = (&'static str, String, String);
+
+impl Object {
+    fn kind(&self) -> &'static str {
+        match self {
+            Object::GatewayClass(_) => "GatewayClass",
+            Object::Gateway(_) => "Gateway",
+            Object::HttpRoute(_) => "HTTPRoute",
+            Object::ReferenceGrant(_) => "ReferenceGrant",
+            Object::Service(_) => "Service",
+            Object::EndpointSlice(_) => "EndpointSlice",
+            Object::Namespace(_) => "Namespace",
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::GatewayClass(o) => &o.metadata,
+            Object::Gateway(o) => &o.metadata,
+            Object::HttpRoute(o) => &o.metadata,
+            Object::ReferenceGrant(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::EndpointSlice(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+        }
+    }
+
+    fn key(&self) -> Key {
+        let meta = self.meta();
+        (
+            self.kind(),
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+
+    fn push_into(self, input: &mut Input) {
+        match self {
+            Object::GatewayClass(o) => input.gateway_classes.push(o),
+            Object::Gateway(o) => input.gateways.push(o),
+            Object::HttpRoute(o) => input.http_routes.push(o),
+            Object::ReferenceGrant(o) => input.reference_grants.push(o),
+            Object::Service(o) => input.services.push(o),
+            Object::EndpointSlice(o) => input.endpoint_slices.push(o),
+            Object::Namespace(o) => input.namespaces.push(o),
+        }
+    }
+}
+
+fn display_key((kind, ns, name): &Key) -> String {
+    if ns.is_empty() {
+        format!("{kind} {name}")
+    } else {
+        format!("{kind} {ns}/{name}")
+    }
+}
+
+impl FileSource {
+    /// A source reading `path`, a YAML file or a directory. Nothing is read until `load`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileSource {
+            path: path.into(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// The file or directory this source reads.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File-system notifications for this source's path: see [`crate::watch()`].
+    pub fn watch(&self) -> anyhow::Result<crate::Watch> {
+        crate::watch(&self.path)
+    }
+
+    /// Re-reads every file and returns the objects to serve and the errors.
+    ///
+    /// A file whose text did not change since the previous load is not parsed again. When
+    /// the path itself cannot be read (e.g. the directory was removed), every file's last
+    /// good content is served and the error is returned.
+    pub fn load(&mut self) -> Loaded {
+        let mut out = Loaded::default();
+        let paths = match discover(&self.path, &mut out.errors) {
+            Ok(paths) => paths,
+            Err(err) => {
+                out.errors.push(err);
+                let mut seen = HashMap::new();
+                for (path, state) in &self.files {
+                    if let Some(good) = &state.last_good {
+                        out.stale_files.push(path.clone());
+                        contribute(path, good, &mut seen, &mut out.input);
+                    }
+                }
+                return out;
+            }
+        };
+
+        let present: HashSet<&PathBuf> = paths.iter().collect();
+        self.files.retain(|p, _| present.contains(p));
+
+        let mut seen: HashMap<Key, (PathBuf, usize)> = HashMap::new();
+        for path in &paths {
+            let content = match std::fs::read(path) {
+                Ok(bytes) => {
+                    String::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Deleted between the directory walk and the read.
+                    self.files.remove(path);
+                    continue;
+                }
+                Err(e) => Err(format!("cannot read the file: {e}")),
+            };
+            let state = self.files.entry(path.clone()).or_insert_with(|| FileState {
+                content: None,
+                parsed: Parsed::default(),
+                last_good: None,
+            });
+
+            let mut errors = Vec::new();
+            match content {
+                Ok(content) => {
+                    if state.content.as_deref() != Some(content.as_str()) {
+                        state.parsed = parse_file(path, &content);
+                        for w in &state.parsed.warnings {
+                            tracing::warn!("{w}");
+                        }
+                        state.content = Some(content);
+                    }
+                    errors.extend(state.parsed.errors.iter().cloned());
+                    out.warnings.extend(state.parsed.warnings.iter().cloned());
+                }
+                Err(message) => {
+                    // Parse again once the file is readable.
+                    state.content = None;
+                    errors.push(LoadError {
+                        file: path.clone(),
+                        line: None,
+                        message,
+                    });
+                }
+            }
+
+            if errors.is_empty() {
+                // Duplicates: the first definition (in path order, then file order) wins and
+                // the later one is the error.
+                let mut local: HashMap<Key, usize> = HashMap::new();
+                for o in state.parsed.objects.iter() {
+                    let key = o.object.key();
+                    let previous = match seen.get(&key) {
+                        Some((file, line)) => Some(format!("{}:{line}", file.display())),
+                        None => local.get(&key).map(|line| format!("line {line}")),
+                    };
+                    match previous {
+                        Some(at) => errors.push(LoadError {
+                            file: path.clone(),
+                            line: Some(o.line),
+                            message: format!(
+                                "duplicate {}: already defined at {at}",
+                                display_key(&key)
+                            ),
+                        }),
+                        None => {
+                            local.insert(key, o.line);
+                        }
+                    }
+                }
+            }
+
+            if errors.is_empty() {
+                state.last_good = Some(state.parsed.objects.clone());
+                contribute(path, &state.parsed.objects, &mut seen, &mut out.input);
+            } else {
+                if let Some(good) = &state.last_good {
+                    out.stale_files.push(path.clone());
+                    contribute(path, good, &mut seen, &mut out.input);
+                }
+                out.errors.extend(errors);
+            }
+        }
+        out
+    }
+}
+
+/// Adds a file's objects to the snapshot, skipping (with a warning) any already defined by
+/// an earlier file: this can only happen to last-good content, which was checked against
+/// the files of its own time.
+fn contribute(
+    path: &Path,
+    objects: &[Located],
+    seen: &mut HashMap<Key, (PathBuf, usize)>,
+    input: &mut Input,
+) {
+    for o in objects {
+        let key = o.object.key();
+        if let Some((file, line)) = seen.get(&key) {
+            tracing::warn!(
+                "{}:{}: not serving the last good {}: now defined at {}:{}",
+                path.display(),
+                o.line,
+                display_key(&key),
+                file.display(),
+                line
+            );
+            continue;
+        }
+        seen.insert(key, (path.to_owned(), o.line));
+        o.object.clone().push_into(input);
+    }
+}
+
+/// Names skipped in a directory walk: hidden files (`.x`, `.#x`, `.x.swp`), backups (`x~`)
+/// and Emacs autosaves (`#x#`).
+pub(crate) fn is_ignored_name(name: &str) -> bool {
+    name.starts_with('.') || name.ends_with('~') || (name.starts_with('#') && name.ends_with('#'))
+}
+
+/// Files read in a directory walk.
+pub(crate) fn is_manifest_name(name: &str) -> bool {
+    !is_ignored_name(name) && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+const MAX_DEPTH: usize = 32;
+
+/// The files to read, sorted. Errors about the root are returned; errors about a
+/// subdirectory are recorded and the walk goes on.
+fn discover(root: &Path, errors: &mut Vec<LoadError>) -> Result<Vec<PathBuf>, LoadError> {
+    let meta = std::fs::metadata(root).map_err(|e| LoadError {
+        file: root.to_owned(),
+        line: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    if !meta.is_dir() {
+        return Ok(vec![root.to_owned()]);
+    }
+    let mut files = Vec::new();
+    walk(root, 0, &mut files, errors).map_err(|e| LoadError {
+        file: root.to_owned(),
+        line: None,
+        message: format!("cannot read the directory: {e}"),
+    })?;
+    files.sort();
+    Ok(files)
+}
+
+fn walk(
+    dir: &Path,
+    depth: usize,
+    files: &mut Vec<PathBuf>,
+    errors: &mut Vec<LoadError>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if is_ignored_name(&name) {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks (ConfigMap volumes are symlinks); a dangling one is skipped.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if depth + 1 >= MAX_DEPTH {
+                errors.push(LoadError {
+                    file: path,
+                    line: None,
+                    message: format!("directory nested deeper than {MAX_DEPTH} levels: skipped"),
+                });
+            } else if let Err(e) = walk(&path, depth + 1, files, errors) {
+                errors.push(LoadError {
+                    file: path,
+                    line: None,
+                    message: format!("cannot read the directory: {e}"),
+                });
+            }
+        } else if is_manifest_name(&name) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn parse_file(path: &Path, content: &str) -> Parsed {
+    let content = content.strip_prefix('\u{feff}').unwrap_or(content);
+    let mut parsed = Parsed::default();
+    let mut objects = Vec::new();
+    for doc in locate::split_documents(content) {
+        if doc.is_blank() {
+            continue;
+        }
+        let ctx = Ctx {
+            file: path,
+            doc,
+            fixed_line: None,
+        };
+        let value: Value = match serde_yaml::from_str(doc.text) {
+            Ok(v) => v,
+            Err(e) => {
+                parsed.errors.push(ctx.yaml_error(&e));
+                continue;
+            }
+        };
+        parse_value(&ctx, &value, true, &mut objects, &mut parsed);
+    }
+    parsed.objects = Arc::new(objects);
+    parsed
+}
+
+/// Where a document or list item sits in its file.
+struct Ctx<'a> {
+    file: &'a Path,
+    doc: Document<'a>,
+    /// For items of a `kind: List`: their text is re-serialized, so every finding inside
+    /// one is reported at the line where the item starts.
+    fixed_line: Option<usize>,
+}
+
+static MARK: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r" at line (\d+) column (\d+)").expect("valid regex"));
+
+impl Ctx<'_> {
+    /// File line of a 1-based document line.
+    fn line(&self, doc_line: usize) -> usize {
+        self.fixed_line
+            .unwrap_or_else(|| self.doc.file_line(doc_line))
+    }
+
+    fn start_line(&self) -> usize {
+        self.line(self.doc.first_content_line())
+    }
+
+    /// File line of the value at `path` (or of its deepest ancestor found, or of the start
+    /// of the object).
+    fn path_line(&self, path: &[Seg]) -> usize {
+        match locate::find_path_line(self.doc.text, path) {
+            Some(l) => self.line(l),
+            None => self.start_line(),
+        }
+    }
+
+    fn error(&self, line: usize, message: impl Into<String>) -> LoadError {
+        LoadError {
+            file: self.file.to_owned(),
+            line: Some(line),
+            message: message.into(),
+        }
+    }
+
+    /// A serde_yaml error, with its document-relative location made file-relative.
+    fn yaml_error(&self, e: &serde_yaml::Error) -> LoadError {
+        let line = match e.location() {
+            Some(loc) => self.line(loc.line()),
+            None => self.start_line(),
+        };
+        let text = e.to_string();
+        let message = MARK.replace_all(&text, |c: &regex::Captures<'_>| {
+            if self.fixed_line.is_some() {
+                return String::new();
+            }
+            let l: usize = c[1].parse().unwrap_or(1);
+            let l = self.line(l);
+            if l == line {
+                format!(" at column {}", &c[2])
+            } else {
+                format!(" at line {l} column {}", &c[2])
+            }
+        });
+        self.error(line, message)
+    }
+}
+
+const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// (group, kind, accepted versions, namespaced)
+const KINDS: &[(&str, &str, &[&str], bool)] = &[
+    (GATEWAY_GROUP, "GatewayClass", &["v1", "v1beta1"], false),
+    (GATEWAY_GROUP, "Gateway", &["v1", "v1beta1"], true),
+    (GATEWAY_GROUP, "HTTPRoute", &["v1", "v1beta1"], true),
+    (GATEWAY_GROUP, "ReferenceGrant", &["v1", "v1beta1"], true),
+    ("", "Service", &["v1"], true),
+    ("", "Namespace", &["v1"], false),
+    ("discovery.k8s.io", "EndpointSlice", &["v1"], true),
+];
+
+fn parse_value(
+    ctx: &Ctx<'_>,
+    value: &Value,
+    allow_list: bool,
+    objects: &mut Vec<Located>,
+    parsed: &mut Parsed,
+) {
+    let map = match value {
+        Value::Mapping(map) => map,
+        Value::Null => return,
+        _ => {
+            parsed.errors.push(ctx.error(
+                ctx.start_line(),
+                "expected a Kubernetes object (a mapping with apiVersion and kind)",
+            ));
+            return;
+        }
+    };
+    let field = |name: &str| -> Result<Option<&str>, LoadError> {
+        match map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(ctx.error(
+                ctx.path_line(&[key(name)]),
+                format!("{name} must be a string"),
+            )),
+        }
+    };
+    let (api_version, kind) = match (field("apiVersion"), field("kind")) {
+        (Ok(Some(a)), Ok(Some(k))) => (a, k),
+        (Err(e), _) | (_, Err(e)) => {
+            parsed.errors.push(e);
+            return;
+        }
+        (Ok(a), Ok(k)) => {
+            let missing = match (a, k) {
+                (None, None) => "apiVersion and kind",
+                (None, _) => "apiVersion",
+                _ => "kind",
+            };
+            parsed
+                .errors
+                .push(ctx.error(ctx.start_line(), format!("missing {missing}")));
+            return;
+        }
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+
+    if (group, kind) == ("", "List") && version == "v1" {
+        if !allow_list {
+            parsed
+                .errors
+                .push(ctx.error(ctx.path_line(&[key("kind")]), "a List inside a List"));
+            return;
+        }
+        parse_list(ctx, map.get("items"), objects, parsed);
+        return;
+    }
+
+    let Some(&(_, _, versions, namespaced)) =
+        KINDS.iter().find(|(g, k, _, _)| *g == group && *k == kind)
+    else {
+        let supported = "GatewayClass, Gateway, HTTPRoute, ReferenceGrant \
+            (gateway.networking.k8s.io/v1), Service, Namespace (v1), \
+            EndpointSlice (discovery.k8s.io/v1)";
+        parsed.errors.push(ctx.error(
+            ctx.path_line(&[key("kind")]),
+            format!("unknown kind {kind:?} (apiVersion {api_version}); supported: {supported}"),
+        ));
+        return;
+    };
+    if !versions.contains(&version) {
+        parsed.errors.push(ctx.error(
+            ctx.path_line(&[key("apiVersion")]),
+            format!(
+                "unsupported apiVersion {api_version} for {kind}; supported versions: {}",
+                versions.join(", ")
+            ),
+        ));
+        return;
+    }
+
+    let object = match kind {
+        "GatewayClass" => typed(ctx, kind, namespaced, parsed).map(Object::GatewayClass),
+        "Gateway" => typed(ctx, kind, namespaced, parsed).map(Object::Gateway),
+        "HTTPRoute" => typed(ctx, kind, namespaced, parsed).map(|r: HttpRoute| {
+            check_regexes(ctx, &r, parsed);
+            Object::HttpRoute(r)
+        }),
+        "ReferenceGrant" => typed(ctx, kind, namespaced, parsed).map(Object::ReferenceGrant),
+        "Service" => typed(ctx, kind, namespaced, parsed).map(Object::Service),
+        "Namespace" => typed(ctx, kind, namespaced, parsed).map(Object::Namespace),
+        "EndpointSlice" => typed(ctx, kind, namespaced, parsed).map(Object::EndpointSlice),
+        _ => unreachable!("every kind of KINDS is handled"),
+    };
+    if let Some(object) = object {
+        objects.push(Located {
+            object,
+            line: ctx.path_line(&[key("metadata"), key("name")]),
+        });
+    }
+}
+
+/// `kind: List` (what `kubectl get -o yaml` prints): each item is an object. Findings
+/// inside an item are reported at the line where the item starts.
+fn parse_list(
+    ctx: &Ctx<'_>,
+    items: Option<&Value>,
+    objects: &mut Vec<Located>,
+    parsed: &mut Parsed,
+) {
+    let items = match items {
+        None | Some(Value::Null) => return,
+        Some(Value::Sequence(items)) => items,
+        Some(_) => {
+            parsed
+                .errors
+                .push(ctx.error(ctx.path_line(&[key("items")]), "items must be a list"));
+            return;
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let line = ctx.path_line(&[key("items"), Seg::Index(i)]);
+        let text = match serde_yaml::to_string(item) {
+            Ok(t) => t,
+            Err(e) => {
+                parsed.errors.push(ctx.error(line, e.to_string()));
+                continue;
+            }
+        };
+        let item_ctx = Ctx {
+            file: ctx.file,
+            doc: Document {
+                text: &text,
+                first_line: line,
+            },
+            fixed_line: Some(line),
+        };
+        parse_value(&item_ctx, item, false, objects, parsed);
+    }
+}
+
+/// Deserializes the document into `K`, reporting unknown fields as warnings, then checks
+/// the name and defaults the namespace.
+fn typed<K>(ctx: &Ctx<'_>, kind: &str, namespaced: bool, parsed: &mut Parsed) -> Option<K>
+where
+    K: DeserializeOwned + kube::Resource,
+{
+    let de = serde_yaml::Deserializer::from_str(ctx.doc.text);
+    let mut ignored = Vec::new();
+    let result: Result<K, _> =
+        serde_ignored::deserialize(de, |path| ignored.push(locate::segments(&path)));
+    let mut object = match result {
+        Ok(o) => o,
+        Err(e) => {
+            parsed.errors.push(ctx.yaml_error(&e));
+            return None;
+        }
+    };
+    for path in ignored {
+        // Custom resources take apiVersion and kind from their type, not from a field.
+        if let [Seg::Key(k)] = path.as_slice()
+            && (k == "apiVersion" || k == "kind")
+        {
+            continue;
+        }
+        parsed.warnings.push(ctx.error(
+            ctx.path_line(&path),
+            format!("unknown field {} (ignored)", locate::display_path(&path)),
+        ));
+    }
+    let meta = object.meta_mut();
+    if meta.name.as_deref().is_none_or(str::is_empty) {
+        parsed.errors.push(ctx.error(
+            ctx.path_line(&[key("metadata")]),
+            "metadata.name is required",
+        ));
+        return None;
+    }
+    if namespaced {
+        if meta.namespace.as_deref().is_none_or(str::is_empty) {
+            meta.namespace = Some("default".to_owned());
+        }
+    } else if meta.namespace.take().is_some() {
+        parsed.warnings.push(ctx.error(
+            ctx.path_line(&[key("metadata"), key("namespace")]),
+            format!("metadata.namespace ignored: {kind} is cluster-scoped"),
+        ));
+    }
+    Some(object)
+}
+
+/// Compiles every RegularExpression match of the route the way the data plane anchors it
+/// (`^(?:re)$`, Rust `regex` syntax) and reports the ones that do not compile.
+fn check_regexes(ctx: &Ctx<'_>, route: &HttpRoute, parsed: &mut Parsed) {
+    let rules = route.spec.rules.as_deref().unwrap_or_default();
+    for (r, rule) in rules.iter().enumerate() {
+        for (m, matched) in rule
+            .matches
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let base = [
+                key("spec"),
+                key("rules"),
+                Seg::Index(r),
+                key("matches"),
+                Seg::Index(m),
+            ];
+            let mut check = |value: &str, tail: &[Seg]| {
+                let Err(e) = regex::Regex::new(&format!("^(?:{value})$")) else {
+                    return;
+                };
+                let path: Vec<Seg> = base.iter().chain(tail).cloned().collect();
+                let line = regex_line(ctx, &path, value);
+                parsed.errors.push(ctx.error(
+                    line,
+                    format!(
+                        "{}: invalid regular expression {value:?}: {}",
+                        locate::display_path(&path),
+                        regex_error(&e)
+                    ),
+                ));
+            };
+            if let Some(p) = &matched.path
+                && p.r#type == Some(HttpRouteRulesMatchesPathType::RegularExpression)
+                && let Some(v) = &p.value
+            {
+                check(v, &[key("path"), key("value")]);
+            }
+            for (h, header) in matched.headers.iter().flatten().enumerate() {
+                if header.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression) {
+                    check(
+                        &header.value,
+                        &[key("headers"), Seg::Index(h), key("value")],
+                    );
+                }
+            }
+            for (q, query) in matched.query_params.iter().flatten().enumerate() {
+                if query.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression) {
+                    check(
+                        &query.value,
+                        &[key("queryParams"), Seg::Index(q), key("value")],
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The line of a regex value: found by its path when that line holds the value, else by
+/// searching the text for the value, else the path's deepest ancestor.
+fn regex_line(ctx: &Ctx<'_>, path: &[Seg], value: &str) -> usize {
+    if ctx.fixed_line.is_some() {
+        return ctx.start_line();
+    }
+    let lines: Vec<&str> = ctx.doc.text.lines().collect();
+    let escaped = value.replace('\\', "\\\\");
+    let holds = |l: usize| {
+        lines
+            .get(l.wrapping_sub(1))
+            .is_some_and(|s| s.contains(value) || s.contains(&escaped))
+    };
+    match locate::find_path_line(ctx.doc.text, path) {
+        Some(l) if holds(l) => ctx.line(l),
+        found => match locate::find_value_line(ctx.doc.text, value) {
+            Some(l) => ctx.line(l),
+            None => found.map_or_else(|| ctx.start_line(), |l| ctx.line(l)),
+        },
+    }
+}
+
+/// The one-line gist of a regex error (syntax errors print the pattern and a caret).
+fn regex_error(e: &regex::Error) -> String {
+    match e {
+        regex::Error::Syntax(s) => s
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_owned())
+            .unwrap_or_else(|| s.clone()),
+        other => other.to_string(),
+    }
+}
