@@ -1,0 +1,102 @@
+//! The admin endpoint: health, readiness, metrics, the IR and status, on its own address.
+
+use crate::run::State;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, std::convert::Infallible>(handle(&req, &state)) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn respond(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()))
+        .expect("static response parts are valid")
+}
+
+fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    respond(StatusCode::OK, "application/json", body)
+}
+
+fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n");
+    }
+    match req.uri().path() {
+        "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n"),
+        "/readyz" => {
+            if state.ready.load(Ordering::Acquire) {
+                respond(StatusCode::OK, "text/plain", "ready\n")
+            } else {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "not ready: first configuration not applied yet\n",
+                )
+            }
+        }
+        "/metrics" => {
+            let mut out = String::new();
+            match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
+                Ok(()) => respond(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    out,
+                ),
+                Err(e) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("{e}\n"),
+                ),
+            }
+        }
+        "/config_dump" => {
+            let snap = state.snapshot.load();
+            json(&serde_json::json!({
+                "generation": snap.generation,
+                "config": &*snap.config,
+                "bound_addresses": state.dataplane.bound_addresses(),
+            }))
+        }
+        "/status" => {
+            let snap = state.snapshot.load();
+            json(&serde_json::json!({
+                "generation": snap.generation,
+                "errors": snap.errors,
+                "bind_errors": snap.bind_errors,
+                "objects": snap.objects,
+            }))
+        }
+        _ => respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /healthz /readyz /metrics /config_dump /status\n",
+        ),
+    }
+}
