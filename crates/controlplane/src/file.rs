@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use gatehouse_translate::Input;
+use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::httproutes::{
@@ -18,7 +19,8 @@ use gateway_api::apis::standard::httproutes::{
     HttpRouteRulesMatchesQueryParamsType,
 };
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -114,6 +116,10 @@ enum Object {
     Service(Service),
     EndpointSlice(EndpointSlice),
     Namespace(Namespace),
+    TlsRoute(TlsRoute),
+    BackendTlsPolicy(BackendTlsPolicy),
+    Secret(Secret),
+    ConfigMap(ConfigMap),
 }
 
 type Key = (&'static str, String, String);
@@ -128,6 +134,10 @@ impl Object {
             Object::Service(_) => "Service",
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
+            Object::TlsRoute(_) => "TLSRoute",
+            Object::BackendTlsPolicy(_) => "BackendTLSPolicy",
+            Object::Secret(_) => "Secret",
+            Object::ConfigMap(_) => "ConfigMap",
         }
     }
 
@@ -140,6 +150,10 @@ impl Object {
             Object::Service(o) => &o.metadata,
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
+            Object::TlsRoute(o) => &o.metadata,
+            Object::BackendTlsPolicy(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
         }
     }
 
@@ -161,6 +175,10 @@ impl Object {
             Object::Service(o) => input.services.push(o),
             Object::EndpointSlice(o) => input.endpoint_slices.push(o),
             Object::Namespace(o) => input.namespaces.push(o),
+            Object::TlsRoute(o) => input.tls_routes.push(o),
+            Object::BackendTlsPolicy(o) => input.backend_tls_policies.push(o),
+            Object::Secret(o) => input.secrets.push(o),
+            Object::ConfigMap(o) => input.config_maps.push(o),
         }
     }
 }
@@ -501,6 +519,15 @@ const KINDS: &[(&str, &str, &[&str], bool)] = &[
     ("", "Service", &["v1"], true),
     ("", "Namespace", &["v1"], false),
     ("discovery.k8s.io", "EndpointSlice", &["v1"], true),
+    (
+        GATEWAY_GROUP,
+        "TLSRoute",
+        &["v1", "v1alpha3", "v1alpha2"],
+        true,
+    ),
+    (GATEWAY_GROUP, "BackendTLSPolicy", &["v1", "v1alpha3"], true),
+    ("", "Secret", &["v1"], true),
+    ("", "ConfigMap", &["v1"], true),
 ];
 
 fn parse_value(
@@ -565,9 +592,9 @@ fn parse_value(
     let Some(&(_, _, versions, namespaced)) =
         KINDS.iter().find(|(g, k, _, _)| *g == group && *k == kind)
     else {
-        let supported = "GatewayClass, Gateway, HTTPRoute, ReferenceGrant \
-            (gateway.networking.k8s.io/v1), Service, Namespace (v1), \
-            EndpointSlice (discovery.k8s.io/v1)";
+        let supported = "GatewayClass, Gateway, HTTPRoute, TLSRoute, ReferenceGrant, \
+            BackendTLSPolicy (gateway.networking.k8s.io/v1), Service, Namespace, Secret, \
+            ConfigMap (v1), EndpointSlice (discovery.k8s.io/v1)";
         parsed.errors.push(ctx.error(
             ctx.path_line(&[key("kind")]),
             format!("unknown kind {kind:?} (apiVersion {api_version}); supported: {supported}"),
@@ -596,6 +623,10 @@ fn parse_value(
         "Service" => typed(ctx, kind, namespaced, parsed).map(Object::Service),
         "Namespace" => typed(ctx, kind, namespaced, parsed).map(Object::Namespace),
         "EndpointSlice" => typed(ctx, kind, namespaced, parsed).map(Object::EndpointSlice),
+        "TLSRoute" => typed(ctx, kind, namespaced, parsed).map(Object::TlsRoute),
+        "BackendTLSPolicy" => typed(ctx, kind, namespaced, parsed).map(Object::BackendTlsPolicy),
+        "Secret" => typed(ctx, kind, namespaced, parsed).map(Object::Secret),
+        "ConfigMap" => typed(ctx, kind, namespaced, parsed).map(Object::ConfigMap),
         _ => unreachable!("every kind of KINDS is handled"),
     };
     if let Some(object) = object {

@@ -204,13 +204,13 @@ items:
   spec:
     ports: [{port: 80}]
 - apiVersion: v1
-  kind: ConfigMap
+  kind: PersistentVolume
   metadata:
     name: b
 ";
     let (loaded, file) = load_one(content);
     let msg = only_error(&loaded, &file, 10);
-    assert!(msg.contains("unknown kind \"ConfigMap\""), "{msg}");
+    assert!(msg.contains("unknown kind \"PersistentVolume\""), "{msg}");
     // The file has an error: nothing of it is served (it never loaded before).
     assert!(loaded.input.services.is_empty());
 }
@@ -646,4 +646,56 @@ fn cafe_example_loads() {
     assert_eq!(route_names(&loaded), ["coffee", "latte", "tea"]);
     assert_eq!(input.services.len(), 4);
     assert_eq!(input.endpoint_slices.len(), 4);
+}
+
+#[test]
+fn tls_kinds_load() {
+    let content = "\
+apiVersion: v1
+kind: Secret
+metadata: {name: cert}
+type: kubernetes.io/tls
+data: {tls.crt: aGVsbG8=, tls.key: d29ybGQ=}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca, namespace: certs}
+data: {ca.crt: pem}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: t}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.com]
+  rules: [{backendRefs: [{name: s, port: 443}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: p}
+spec:
+  targetRefs: [{group: '', kind: Service, name: s}]
+  validation: {hostname: s.internal, wellKnownCACertificates: System}
+";
+    let (loaded, _file) = load_one(content);
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let secret = &loaded.input.secrets[0];
+    assert_eq!(
+        secret.data.as_ref().unwrap()["tls.crt"].0,
+        b"hello",
+        "data is base64-decoded"
+    );
+    assert_eq!(secret.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(
+        loaded.input.config_maps[0].metadata.namespace.as_deref(),
+        Some("certs")
+    );
+    assert_eq!(loaded.input.tls_routes[0].spec.hostnames, ["a.example.com"]);
+    assert_eq!(
+        loaded.input.backend_tls_policies[0]
+            .spec
+            .validation
+            .hostname,
+        "s.internal"
+    );
 }

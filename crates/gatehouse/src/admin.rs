@@ -78,9 +78,14 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
         }
         "/config_dump" => {
             let snap = state.snapshot.load();
+            // Private keys never leave the process through the admin endpoint.
+            let mut config = serde_json::to_value(&*snap.config).unwrap_or_default();
+            for cert in config["certificates"].as_array_mut().into_iter().flatten() {
+                cert["key_pem"] = serde_json::Value::String("<redacted>".into());
+            }
             json(&serde_json::json!({
                 "generation": snap.generation,
-                "config": &*snap.config,
+                "config": config,
                 "bound_addresses": state.dataplane.bound_addresses(),
             }))
         }

@@ -40,6 +40,24 @@ pub fn stamp(status: &mut Status, previous: &Status, now: Timestamp) {
             each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
         }
     }
+    for (key, s) in &mut status.tls_routes {
+        let old = previous.tls_routes.get(key);
+        for p in &mut s.parents {
+            let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
+            each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
+        }
+    }
+    for (key, s) in &mut status.backend_tls_policies {
+        let old = previous.backend_tls_policies.get(key);
+        for a in &mut s.ancestors {
+            let old_a = old.and_then(|o| {
+                o.ancestors
+                    .iter()
+                    .find(|oa| oa.ancestor_ref == a.ancestor_ref)
+            });
+            each(Some(&mut a.conditions), old_a.map(|o| &o.conditions), now);
+        }
+    }
 }
 
 fn strip_managed_fields(meta: &mut ObjectMeta) {
@@ -78,6 +96,29 @@ pub fn objects(input: &Input, status: &Status) -> Vec<Value> {
             strip_managed_fields(&mut r.metadata);
             r.status = Some(s.clone());
             out.push(serde_json::to_value(r).unwrap_or_default());
+        }
+    }
+    let mut tls_routes: Vec<_> = input.tls_routes.iter().collect();
+    tls_routes.sort_by_key(|r| ObjectKey::of(&r.metadata));
+    for route in tls_routes {
+        if let Some(s) = status.tls_routes.get(&ObjectKey::of(&route.metadata)) {
+            let mut r = route.clone();
+            strip_managed_fields(&mut r.metadata);
+            r.status = Some(s.clone());
+            out.push(serde_json::to_value(r).unwrap_or_default());
+        }
+    }
+    let mut policies: Vec<_> = input.backend_tls_policies.iter().collect();
+    policies.sort_by_key(|p| ObjectKey::of(&p.metadata));
+    for policy in policies {
+        if let Some(s) = status
+            .backend_tls_policies
+            .get(&ObjectKey::of(&policy.metadata))
+        {
+            let mut p = policy.clone();
+            strip_managed_fields(&mut p.metadata);
+            p.status = Some(s.clone());
+            out.push(serde_json::to_value(p).unwrap_or_default());
         }
     }
     out

@@ -16,6 +16,8 @@ pub struct Config {
     pub gateways: Vec<Gateway>,
     /// Backend clusters referenced by [`BackendTarget::Cluster`], sorted by name.
     pub clusters: Vec<Cluster>,
+    /// Certificates referenced by listeners and clusters, sorted by name.
+    pub certificates: Vec<Certificate>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +38,11 @@ impl Gateway {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ListenerProtocol {
     Http,
+    /// HTTP over TLS terminated by the gateway; [`Listener::tls`] holds the certificates.
+    Https,
+    /// TLS routed by SNI to [`Listener::tls_routes`]: passed through untouched, or terminated
+    /// (per [`ListenerTls::mode`]) with the decrypted stream forwarded over TCP.
+    Tls,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +59,10 @@ pub struct Listener {
     pub rules: Vec<HttpRule>,
     /// One entry per hostname the attached routes serve on this listener.
     pub virtual_hosts: Vec<VirtualHost>,
+    /// HTTPS and TLS listeners.
+    pub tls: Option<ListenerTls>,
+    /// TLS listeners: TLSRoutes by SNI, most specific hostname first.
+    pub tls_routes: Vec<TlsRoute>,
 }
 
 impl Listener {
@@ -245,4 +256,80 @@ pub struct Cluster {
     pub protocol: UpstreamProtocol,
     /// Endpoints to balance over. Empty answers 503.
     pub endpoints: Vec<SocketAddr>,
+    /// TLS to the endpoints (BackendTLSPolicy); `None` is cleartext.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How a listener handles TLS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerTls {
+    pub mode: TlsMode,
+    /// Terminate: names in [`Config::certificates`]; the first is served (several exist so that
+    /// e.g. an RSA and an ECDSA certificate can sit side by side; the data plane may pick by the
+    /// client's signature schemes).
+    pub certificates: Vec<String>,
+    /// Client certificate validation (Gateway spec.tls.frontend) for this listener's port.
+    pub client_validation: Option<ClientValidation>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TlsMode {
+    Terminate,
+    Passthrough,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientValidation {
+    /// PEM bundle of the CAs client certificates must chain to.
+    pub ca_pem: String,
+    /// AllowInsecureFallback: a client without a valid certificate is still served.
+    pub allow_insecure_fallback: bool,
+}
+
+/// A certificate chain and its private key, from a `kubernetes.io/tls` Secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    /// `namespace/secret`.
+    pub name: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certificate")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TLSRoute rule attached to a TLS listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsRoute {
+    pub route: RouteRef,
+    /// SNI names: exact, `*.example.com`, or `*` for any (also a ClientHello without SNI).
+    pub hostnames: Vec<String>,
+    /// Picked by weight; the stream is forwarded to an endpoint of the chosen cluster over TCP.
+    pub backends: Vec<WeightedBackend>,
+}
+
+/// TLS from the gateway to a backend (BackendTLSPolicy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamTls {
+    /// SNI sent, and the name verified when `subject_alt_names` is empty.
+    pub server_name: String,
+    /// PEM bundle of trusted CAs; `None` uses the system roots.
+    pub ca_pem: Option<String>,
+    /// When not empty, the backend certificate must carry one of these (DNS names or URIs),
+    /// instead of `server_name`.
+    pub subject_alt_names: Vec<SubjectAltName>,
+    /// Client certificate presented to the backend (Gateway spec.tls.backend), a name in
+    /// [`Config::certificates`].
+    pub client_certificate: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubjectAltName {
+    Dns(String),
+    Uri(String),
 }

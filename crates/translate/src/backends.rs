@@ -1,9 +1,13 @@
 //! backendRefs: ReferenceGrant checks, Service port lookup and EndpointSlice resolution.
 
 use crate::conditions::names::*;
-use crate::objects::ObjectKey;
+use crate::objects::{ObjectKey, age_key};
+pub use crate::refs::From;
+use crate::refs::Refs;
 use gatehouse_ir as ir;
-use gateway_api::apis::standard::referencegrants::ReferenceGrant;
+use gateway_api::apis::standard::backendtlspolicies::{
+    BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType,
+};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,14 +20,9 @@ const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub struct RefProblem {
     pub reason: &'static str,
     pub message: String,
-}
-
-/// A reference from an object of (group, kind) in `namespace`.
-#[derive(Clone, Copy)]
-pub struct From<'a> {
-    pub group: &'a str,
-    pub kind: &'a str,
-    pub namespace: &'a str,
+    /// Set when the Service port resolved but its BackendTLSPolicy did not: the cluster the
+    /// backend would have used, so the policy can still report the Gateways it affects.
+    pub policy_cluster: Option<String>,
 }
 
 /// A backendRef as every route kind spells it.
@@ -38,16 +37,30 @@ pub struct BackendRef<'a> {
 pub struct Backends<'a> {
     services: BTreeMap<ObjectKey, &'a Service>,
     slices: BTreeMap<ObjectKey, Vec<&'a EndpointSlice>>,
-    grants: &'a [ReferenceGrant],
+    refs: &'a Refs<'a>,
+    /// BackendTLSPolicies by the Service they target, oldest first.
+    policies: BTreeMap<ObjectKey, Vec<&'a BackendTlsPolicy>>,
     /// Clusters referenced so far, by name.
     pub clusters: BTreeMap<String, ir::Cluster>,
+    /// What became of each BackendTLSPolicy that a referenced Service port uses.
+    pub policy_outcomes: BTreeMap<ObjectKey, PolicyOutcome>,
+}
+
+/// A BackendTLSPolicy's effect: the clusters it secures, or why it could not.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyOutcome {
+    pub clusters: Vec<String>,
+    pub problem: Option<(&'static str, String)>,
+    /// Another, older policy targets the same Service port.
+    pub conflicted: bool,
 }
 
 impl<'a> Backends<'a> {
     pub fn new(
         services: &'a [Service],
         slices: &'a [EndpointSlice],
-        grants: &'a [ReferenceGrant],
+        policies: &'a [BackendTlsPolicy],
+        refs: &'a Refs<'a>,
     ) -> Self {
         let services = services
             .iter()
@@ -68,11 +81,32 @@ impl<'a> Backends<'a> {
                     .push(slice);
             }
         }
+        let mut ordered: Vec<&BackendTlsPolicy> = policies.iter().collect();
+        ordered.sort_by_key(|p| age_key(&p.metadata));
+        let mut by_target: BTreeMap<ObjectKey, Vec<&BackendTlsPolicy>> = BTreeMap::new();
+        for p in ordered {
+            let ns = crate::objects::namespace(&p.metadata);
+            for t in p
+                .spec
+                .target_refs
+                .iter()
+                .filter(|t| t.group.is_empty() && t.kind == "Service")
+            {
+                let list = by_target
+                    .entry(ObjectKey::new(ns.clone(), t.name.clone()))
+                    .or_default();
+                if !list.iter().any(|x| std::ptr::eq(*x, p)) {
+                    list.push(p);
+                }
+            }
+        }
         Backends {
             services,
             slices: by_service,
-            grants,
+            refs,
+            policies: by_target,
             clusters: BTreeMap::new(),
+            policy_outcomes: BTreeMap::new(),
         }
     }
 
@@ -86,16 +120,18 @@ impl<'a> Backends<'a> {
                 message: format!(
                     "backendRef kind {group}/{kind} is not supported; use a core Service"
                 ),
+                policy_cluster: None,
             });
         }
         let namespace = r.namespace.unwrap_or(from.namespace);
-        if namespace != from.namespace && !self.permitted(from, "", "Service", namespace, r.name) {
+        if !self.refs.permitted(from, "", "Service", namespace, r.name) {
             return Err(RefProblem {
                 reason: REF_NOT_PERMITTED,
                 message: format!(
                     "no ReferenceGrant in namespace {namespace} allows {} from {} to use Service {}",
                     from.kind, from.namespace, r.name
                 ),
+                policy_cluster: None,
             });
         }
         let key = ObjectKey::new(namespace, r.name);
@@ -103,12 +139,14 @@ impl<'a> Backends<'a> {
             return Err(RefProblem {
                 reason: BACKEND_NOT_FOUND,
                 message: format!("Service {key} not found"),
+                policy_cluster: None,
             });
         };
         let Some(port) = r.port else {
             return Err(RefProblem {
                 reason: BACKEND_NOT_FOUND,
                 message: format!("backendRef to Service {key} has no port"),
+                policy_cluster: None,
             });
         };
         let ports = service.spec.as_ref().and_then(|s| s.ports.as_ref());
@@ -116,6 +154,7 @@ impl<'a> Backends<'a> {
             return Err(RefProblem {
                 reason: BACKEND_NOT_FOUND,
                 message: format!("Service {key} has no port {port}"),
+                policy_cluster: None,
             });
         };
         let protocol = match service_port.app_protocol.as_deref() {
@@ -130,11 +169,13 @@ impl<'a> Backends<'a> {
                     message: format!(
                         "appProtocol {other} of Service {key} port {port} is not supported"
                     ),
+                    policy_cluster: None,
                 });
             }
         };
         let name = format!("{key}:{port}");
         if !self.clusters.contains_key(&name) {
+            let tls = self.backend_tls(&key, service_port, &name)?;
             let endpoints = self.endpoints(&key, service_port);
             self.clusters.insert(
                 name.clone(),
@@ -142,6 +183,7 @@ impl<'a> Backends<'a> {
                     name: name.clone(),
                     protocol,
                     endpoints,
+                    tls,
                 },
             );
         }
@@ -193,26 +235,117 @@ impl<'a> Backends<'a> {
         chosen.into_iter().collect()
     }
 
-    /// Does a ReferenceGrant in `to_namespace` let `from` refer to (group, kind, name)?
-    pub fn permitted(
-        &self,
-        from: From,
-        to_group: &str,
-        to_kind: &str,
-        to_namespace: &str,
-        to_name: &str,
-    ) -> bool {
-        self.grants
-            .iter()
-            .filter(|g| crate::objects::namespace(&g.metadata) == to_namespace)
-            .any(|g| {
-                g.spec.from.iter().any(|f| {
-                    f.group == from.group && f.kind == from.kind && f.namespace == from.namespace
-                }) && g.spec.to.iter().any(|t| {
-                    t.group == to_group
-                        && t.kind == to_kind
-                        && t.name.as_deref().is_none_or(|n| n == to_name)
+    /// TLS to the Service port from the oldest BackendTLSPolicy that targets it (by port name
+    /// or the whole Service). A policy whose CA cannot be used makes the backend invalid rather
+    /// than silently trusting other roots.
+    fn backend_tls(
+        &mut self,
+        service: &ObjectKey,
+        port: &ServicePort,
+        cluster: &str,
+    ) -> Result<Option<ir::UpstreamTls>, RefProblem> {
+        let port_name = port.name.as_deref().unwrap_or("");
+        let applicable: Vec<&BackendTlsPolicy> = self
+            .policies
+            .get(service)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|p| {
+                p.spec.target_refs.iter().any(|t| {
+                    t.group.is_empty()
+                        && t.kind == "Service"
+                        && t.name == service.name
+                        && t.section_name.as_deref().is_none_or(|s| s == port_name)
                 })
             })
+            .collect();
+        let Some((policy, losers)) = applicable.split_first() else {
+            return Ok(None);
+        };
+        for loser in losers {
+            let o = self
+                .policy_outcomes
+                .entry(ObjectKey::of(&loser.metadata))
+                .or_default();
+            o.conflicted = true;
+        }
+        let key = ObjectKey::of(&policy.metadata);
+        let v = &policy.spec.validation;
+        let result = self.policy_ca(policy).map(|ca_pem| ir::UpstreamTls {
+            server_name: v.hostname.to_ascii_lowercase(),
+            ca_pem,
+            subject_alt_names: v
+                .subject_alt_names
+                .iter()
+                .flatten()
+                .filter_map(|san| match san.r#type {
+                    BackendTlsPolicyValidationSubjectAltNamesType::Hostname => {
+                        san.hostname.clone().map(ir::SubjectAltName::Dns)
+                    }
+                    BackendTlsPolicyValidationSubjectAltNamesType::Uri => {
+                        san.uri.clone().map(ir::SubjectAltName::Uri)
+                    }
+                })
+                .collect(),
+            client_certificate: None,
+        });
+        let outcome = self.policy_outcomes.entry(key.clone()).or_default();
+        outcome.clusters.push(cluster.to_string());
+        match result {
+            Ok(tls) => Ok(Some(tls)),
+            Err(problem) => {
+                outcome.problem = Some(problem.clone());
+                Err(RefProblem {
+                    reason: problem.0,
+                    message: format!("BackendTLSPolicy {key}: {}", problem.1),
+                    policy_cluster: Some(cluster.to_string()),
+                })
+            }
+        }
+    }
+
+    fn policy_ca(
+        &self,
+        policy: &BackendTlsPolicy,
+    ) -> Result<Option<String>, (&'static str, String)> {
+        let v = &policy.spec.validation;
+        let ns = crate::objects::namespace(&policy.metadata);
+        let refs = v.ca_certificate_refs.as_deref().unwrap_or_default();
+        if refs.is_empty() {
+            return match v.well_known_ca_certificates.as_deref() {
+                Some("System") => Ok(None),
+                other => Err((
+                    NO_VALID_CA_CERTIFICATE,
+                    format!(
+                        "no caCertificateRefs and wellKnownCACertificates {other:?} is not System"
+                    ),
+                )),
+            };
+        }
+        let mut bundle = String::new();
+        for r in refs {
+            if !r.group.is_empty() || r.kind != "ConfigMap" {
+                return Err((
+                    INVALID_KIND,
+                    format!(
+                        "caCertificateRef kind {}/{} is not supported; use a ConfigMap",
+                        r.group, r.kind
+                    ),
+                ));
+            }
+            let key = ObjectKey::new(ns.clone(), r.name.clone());
+            let cm = self.refs.config_maps.get(&key).ok_or((
+                INVALID_CA_CERTIFICATE_REF,
+                format!("ConfigMap {key} not found"),
+            ))?;
+            let pem = crate::certificates::ca_bundle(cm)
+                .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?;
+            bundle.push_str(&pem);
+            if !bundle.ends_with('\n') {
+                bundle.push('\n');
+            }
+        }
+        Ok(Some(bundle))
     }
 }

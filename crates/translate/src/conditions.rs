@@ -60,4 +60,10 @@ pub mod names {
     pub const REF_NOT_PERMITTED: &str = "RefNotPermitted";
     pub const INVALID_KIND: &str = "InvalidKind";
     pub const BACKEND_NOT_FOUND: &str = "BackendNotFound";
+    pub const INVALID_CERTIFICATE_REF: &str = "InvalidCertificateRef";
+    pub const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";
+    pub const INVALID_CA_CERTIFICATE_KIND: &str = "InvalidCACertificateKind";
+    pub const INVALID_CLIENT_CERTIFICATE_REF: &str = "InvalidClientCertificateRef";
+    pub const CONFLICTED_POLICY: &str = "Conflicted";
+    pub const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
 }

@@ -1,8 +1,11 @@
 //! GatewayClasses and Gateways: which are ours, their addresses, and every listener's conditions.
 
 use crate::conditions::{condition, names::*};
+use crate::listener_tls::{self, Problem};
 use crate::objects::{ObjectKey, age_key, selector_matches};
+use crate::refs::Refs;
 use crate::{Options, SUPPORTED_FEATURES};
+use gatehouse_ir as ir;
 use gateway_api::apis::standard::gatewayclasses::{
     GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
 };
@@ -90,20 +93,33 @@ pub struct ListenerCtx {
     pub kinds: Vec<(String, String)>,
     pub namespaces: AllowedNamespaces,
     pub attached_routes: i32,
+    /// HTTPS and TLS listeners whose references all resolved.
+    pub tls: Option<ir::ListenerTls>,
     conditions: ListenerConditions,
 }
 
 #[derive(Debug, Default)]
 struct ListenerConditions {
-    unsupported_protocol: bool,
+    unsupported_protocol: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
+    tls_problem: Option<Problem>,
 }
 
 impl ListenerCtx {
-    /// Accepted, free of conflicts: traffic can be served.
+    /// Accepted, free of conflicts, references resolved: traffic can be served.
     pub fn programmable(&self) -> bool {
-        !self.conditions.unsupported_protocol && self.conditions.conflict.is_none()
+        self.conditions.unsupported_protocol.is_none()
+            && self.conditions.conflict.is_none()
+            && self.conditions.tls_problem.is_none()
+    }
+
+    pub fn ir_protocol(&self) -> ir::ListenerProtocol {
+        match self.protocol.as_str() {
+            "HTTPS" => ir::ListenerProtocol::Https,
+            "TLS" => ir::ListenerProtocol::Tls,
+            _ => ir::ListenerProtocol::Http,
+        }
     }
 
     pub fn allows_kind(&self, group: &str, kind: &str) -> bool {
@@ -138,6 +154,8 @@ pub struct GatewayCtx<'a> {
     pub address: Option<IpAddr>,
     address_problem: Option<String>,
     pub listeners: Vec<ListenerCtx>,
+    /// spec.tls.backend.clientCertificateRef, resolved to a certificate name.
+    pub backend_client_certificate: Result<Option<String>, Problem>,
 }
 
 /// Our Gateways (class accepted and ours), oldest first.
@@ -145,26 +163,70 @@ pub fn gateways<'a>(
     gateways: &'a [Gateway],
     our_classes: &BTreeSet<String>,
     options: &Options,
+    refs: &Refs,
+    certificates: &mut BTreeMap<String, ir::Certificate>,
 ) -> Vec<GatewayCtx<'a>> {
     let mut ours: Vec<&Gateway> = gateways
         .iter()
         .filter(|g| our_classes.contains(&g.spec.gateway_class_name))
         .collect();
     ours.sort_by_key(|g| age_key(&g.metadata));
-    ours.into_iter().map(|g| gateway(g, options)).collect()
+    ours.into_iter()
+        .map(|g| gateway(g, options, refs, certificates))
+        .collect()
 }
 
-fn gateway<'a>(gw: &'a Gateway, options: &Options) -> GatewayCtx<'a> {
+fn gateway<'a>(
+    gw: &'a Gateway,
+    options: &Options,
+    refs: &Refs,
+    certificates: &mut BTreeMap<String, ir::Certificate>,
+) -> GatewayCtx<'a> {
     let key = ObjectKey::of(&gw.metadata);
     let (address, address_problem) = address(gw, &key, options);
-    let mut listeners: Vec<ListenerCtx> = gw.spec.listeners.iter().map(listener).collect();
+    let mut listeners: Vec<ListenerCtx> = gw
+        .spec
+        .listeners
+        .iter()
+        .map(|l| {
+            let mut ctx = listener(l);
+            if ctx.conditions.unsupported_protocol.is_none() {
+                match listener_tls::listener_tls(gw, l, refs, certificates) {
+                    Ok(tls) => ctx.tls = tls,
+                    Err(problem) => ctx.conditions.tls_problem = Some(problem),
+                }
+            }
+            ctx
+        })
+        .collect();
     mark_conflicts(&mut listeners);
+    let client_ref = gw
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.backend.as_ref())
+        .and_then(|b| b.client_certificate_ref.as_ref());
+    let backend_client_certificate = match client_ref {
+        None => Ok(None),
+        Some(r) => listener_tls::secret_ref(
+            &key.namespace,
+            r.group.as_deref(),
+            r.kind.as_deref(),
+            &r.name,
+            r.namespace.as_deref(),
+            refs,
+            certificates,
+        )
+        .map(Some)
+        .map_err(|(_, message)| (INVALID_CLIENT_CERTIFICATE_REF, message)),
+    };
     GatewayCtx {
         key,
         object: gw,
         address,
         address_problem,
         listeners,
+        backend_client_certificate,
     }
 }
 
@@ -196,7 +258,8 @@ fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> (Option<IpAddr>,
 
 fn supported_kinds(protocol: &str) -> &'static [&'static str] {
     match protocol {
-        "HTTP" => &["HTTPRoute"],
+        "HTTP" | "HTTPS" => &["HTTPRoute"],
+        "TLS" => &["TLSRoute"],
         _ => &[],
     }
 }
@@ -204,8 +267,17 @@ fn supported_kinds(protocol: &str) -> &'static [&'static str] {
 fn listener(l: &GatewayListeners) -> ListenerCtx {
     let protocol = l.protocol.clone();
     let supported = supported_kinds(&protocol);
+    let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_ref())
+        == Some(&gateway_api::apis::standard::gateways::GatewayListenersTlsMode::Passthrough);
+    let unsupported_protocol = if supported.is_empty() {
+        Some(format!("protocol {} is not supported yet", protocol))
+    } else if protocol == "HTTPS" && passthrough {
+        Some("HTTPS listeners terminate TLS; use protocol TLS for passthrough".to_string())
+    } else {
+        None
+    };
     let mut conditions = ListenerConditions {
-        unsupported_protocol: supported.is_empty(),
+        unsupported_protocol,
         ..Default::default()
     };
     let requested = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
@@ -264,6 +336,7 @@ fn listener(l: &GatewayListeners) -> ListenerCtx {
         kinds,
         namespaces,
         attached_routes: 0,
+        tls: None,
         conditions,
     }
 }
@@ -290,7 +363,7 @@ fn mark_conflicts(listeners: &mut [ListenerCtx]) {
             let (a, b) = (&listeners[i], &listeners[j]);
             let reason = if family(&a.protocol) != family(&b.protocol) {
                 Some(PROTOCOL_CONFLICT)
-            } else if a.protocol == b.protocol && a.hostname == b.hostname {
+            } else if a.hostname == b.hostname {
                 Some(HOSTNAME_CONFLICT)
             } else {
                 None
@@ -369,6 +442,22 @@ pub fn status(gw: &GatewayCtx) -> GatewayStatus {
             (accepted, prog)
         }
     };
+    let mut conditions = vec![accepted, programmed_cond];
+    if gw
+        .object
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.backend.as_ref())
+        .is_some()
+    {
+        conditions.push(match &gw.backend_client_certificate {
+            Ok(_) => condition(RESOLVED_REFS, true, RESOLVED_REFS, "Resolved", generation),
+            Err((reason, message)) => {
+                condition(RESOLVED_REFS, false, reason, message.clone(), generation)
+            }
+        });
+    }
     GatewayStatus {
         addresses: gw.address.map(|a| {
             vec![GatewayStatusAddresses {
@@ -377,19 +466,19 @@ pub fn status(gw: &GatewayCtx) -> GatewayStatus {
             }]
         }),
         attached_listener_sets: None,
-        conditions: Some(vec![accepted, programmed_cond]),
+        conditions: Some(conditions),
         listeners: Some(listeners),
     }
 }
 
 fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusListeners {
     let c = &l.conditions;
-    let accepted = if c.unsupported_protocol {
+    let accepted = if let Some(why) = &c.unsupported_protocol {
         condition(
             ACCEPTED,
             false,
             UNSUPPORTED_PROTOCOL,
-            format!("protocol {} is not supported yet", l.protocol),
+            why.clone(),
             generation,
         )
     } else {
@@ -408,7 +497,9 @@ fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusLis
         ),
         None => condition(CONFLICTED, false, NO_CONFLICTS, "No conflicts", generation),
     };
-    let resolved = if c.invalid_kinds.is_empty() {
+    let resolved = if let Some((reason, message)) = &c.tls_problem {
+        condition(RESOLVED_REFS, false, reason, message.clone(), generation)
+    } else if c.invalid_kinds.is_empty() {
         condition(RESOLVED_REFS, true, RESOLVED_REFS, "Resolved", generation)
     } else {
         condition(

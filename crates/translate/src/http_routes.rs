@@ -1,15 +1,13 @@
-//! HTTPRoute attachment to listeners and the route's per-parent status.
+//! HTTPRoutes: rules to templates, attachment to listeners, and per-parent status.
 
+use crate::attach::{self, ParentRef};
 use crate::backends::{Backends, RefProblem};
 use crate::conditions::{condition, names::*};
-use crate::gateways::{GATEWAY_GROUP, GatewayCtx};
-use crate::hostname;
+use crate::gateways::GatewayCtx;
 use crate::http_rules::{self, RuleTemplate};
-use crate::objects::{ObjectKey, age_key, namespace};
+use crate::objects::{ObjectKey, age_key};
 use gatehouse_ir as ir;
-use gateway_api::apis::standard::httproutes::{
-    HttpRoute, HttpRouteStatus, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
-};
+use gateway_api::apis::standard::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -51,6 +49,15 @@ pub fn attach(
     (attachments, statuses)
 }
 
+fn is_ours(parents: &[ParentRef], route_ns: &str, gateways: &[GatewayCtx]) -> bool {
+    parents.iter().any(|p| {
+        let ns = p.namespace.as_deref().unwrap_or(route_ns);
+        gateways
+            .iter()
+            .any(|g| g.key == ObjectKey::new(ns, p.name.clone()))
+    })
+}
+
 fn attach_route(
     route: &HttpRoute,
     gateways: &mut [GatewayCtx],
@@ -60,31 +67,17 @@ fn attach_route(
     attachments: &mut Vec<Attachment>,
 ) -> Option<HttpRouteStatus> {
     let key = ObjectKey::of(&route.metadata);
-    let route_ns = namespace(&route.metadata);
     let generation = route.metadata.generation;
-
-    // Resolve which parentRefs are ours first: a route that names none of our Gateways is none
-    // of our business, and its backends must not show up in our configuration.
-    let parents: Vec<(usize, usize)> = route
+    let parents: Vec<ParentRef> = route
         .spec
         .parent_refs
         .iter()
         .flatten()
-        .enumerate()
-        .filter_map(|(i, p)| {
-            let group = p.group.as_deref().unwrap_or(GATEWAY_GROUP);
-            let kind = p.kind.as_deref().unwrap_or("Gateway");
-            if group != GATEWAY_GROUP || kind != "Gateway" {
-                return None;
-            }
-            let ns = p.namespace.clone().unwrap_or_else(|| route_ns.clone());
-            let gw = gateways
-                .iter()
-                .position(|g| g.key == ObjectKey::new(ns.clone(), p.name.clone()))?;
-            Some((i, gw))
-        })
+        .filter_map(ParentRef::from_any)
         .collect();
-    if parents.is_empty() {
+    // A route that names none of our Gateways is none of our business: its backends must not
+    // show up in our configuration.
+    if !is_ours(&parents, &key.namespace, gateways) {
         return None;
     }
 
@@ -104,60 +97,36 @@ fn attach_route(
             Err(p) => rule_problems.push(format!("rule {index}: {}", p.0)),
         }
     }
-    let all_rules_invalid = !spec_rules.is_empty() && rules.is_empty();
+    let all_invalid =
+        (!spec_rules.is_empty() && rules.is_empty()).then(|| rule_problems.join("; "));
     let rules = Rc::new(rules);
     let hostnames = route.spec.hostnames.clone().unwrap_or_default();
-    let parent_refs = route.spec.parent_refs.as_deref().unwrap_or_default();
+    let outcomes = attach::attach(
+        "HTTPRoute",
+        &route.metadata,
+        &parents,
+        &hostnames,
+        all_invalid.as_deref(),
+        gateways,
+        namespace_labels,
+    );
 
     let mut parent_statuses = Vec::new();
-    let mut counted: std::collections::BTreeSet<(usize, usize)> = Default::default();
-    for (i, gw_index) in parents {
-        let pref = &parent_refs[i];
-        let gw = &mut gateways[gw_index];
-        let port = pref.port.and_then(|p| u16::try_from(p).ok());
-        let candidates: Vec<usize> = gw
-            .listeners
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| pref.section_name.as_ref().is_none_or(|s| *s == l.name))
-            .filter(|(_, l)| pref.port.is_none() || port == Some(l.port))
-            .map(|(i, _)| i)
-            .collect();
-        let gw_ns = gw.key.namespace.clone();
-        let allowed: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&i| {
-                let l = &gw.listeners[i];
-                l.allows_kind(GATEWAY_GROUP, "HTTPRoute")
-                    && l.allows_namespace(&gw_ns, &route_ns, namespace_labels)
-            })
-            .collect();
-        let mut hosts_matched = false;
-        for &li in &allowed {
-            let listener = &mut gw.listeners[li];
-            // attachedRoutes depends only on allowedRoutes and parentRefs, not on hostnames.
-            if counted.insert((gw_index, li)) {
-                listener.attached_routes += 1;
-            }
-            let Some(hosts) = hostname::intersect(listener.hostname.as_deref(), &hostnames) else {
-                continue;
+    for o in outcomes {
+        for (li, hosts) in o.listeners {
+            // Two parentRefs may select the same listener: serve the rules once, for the union
+            // of the hostnames.
+            let same = |a: &&mut Attachment| {
+                a.gateway == o.gateway && a.listener == li && Rc::ptr_eq(&a.rules, &rules)
             };
-            hosts_matched = true;
-            if all_rules_invalid {
-                continue;
-            }
-            match attachments
-                .iter_mut()
-                .find(|a| a.gateway == gw_index && a.listener == li && Rc::ptr_eq(&a.rules, &rules))
-            {
+            match attachments.iter_mut().find(|a| same(a)) {
                 Some(existing) => {
                     existing.hostnames.extend(hosts);
                     existing.hostnames.sort();
                     existing.hostnames.dedup();
                 }
                 None => attachments.push(Attachment {
-                    gateway: gw_index,
+                    gateway: o.gateway,
                     listener: li,
                     hostnames: hosts,
                     route_age: age_key(&route.metadata),
@@ -165,41 +134,6 @@ fn attach_route(
                 }),
             }
         }
-        let accepted = if candidates.is_empty() {
-            condition(
-                ACCEPTED,
-                false,
-                NO_MATCHING_PARENT,
-                "no listener matches the parentRef's sectionName and port",
-                generation,
-            )
-        } else if allowed.is_empty() {
-            condition(
-                ACCEPTED,
-                false,
-                NOT_ALLOWED_BY_LISTENERS,
-                "no listener allows this route (kind or namespace)",
-                generation,
-            )
-        } else if !hosts_matched {
-            condition(
-                ACCEPTED,
-                false,
-                NO_MATCHING_LISTENER_HOSTNAME,
-                "no listener hostname intersects the route's hostnames",
-                generation,
-            )
-        } else if all_rules_invalid {
-            condition(
-                ACCEPTED,
-                false,
-                UNSUPPORTED_VALUE,
-                rule_problems.join("; "),
-                generation,
-            )
-        } else {
-            condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
-        };
         let resolved = match ref_problems.first() {
             Some(p) => condition(
                 RESOLVED_REFS,
@@ -216,8 +150,8 @@ fn attach_route(
                 generation,
             ),
         };
-        let mut conditions = vec![accepted, resolved];
-        if !rule_problems.is_empty() && !all_rules_invalid {
+        let mut conditions = vec![o.accepted, resolved];
+        if !rule_problems.is_empty() && all_invalid.is_none() {
             conditions.push(condition(
                 PARTIALLY_INVALID,
                 true,
@@ -229,14 +163,8 @@ fn attach_route(
         parent_statuses.push(HttpRouteStatusParents {
             conditions,
             controller_name: controller.to_string(),
-            parent_ref: HttpRouteStatusParentsParentRef {
-                group: pref.group.clone(),
-                kind: pref.kind.clone(),
-                name: pref.name.clone(),
-                namespace: pref.namespace.clone(),
-                port: pref.port,
-                section_name: pref.section_name.clone(),
-            },
+            parent_ref: serde_json::from_value(serde_json::to_value(&o.parent).unwrap_or_default())
+                .unwrap_or_default(),
         });
     }
     Some(HttpRouteStatus {

@@ -24,6 +24,8 @@ pub struct BackendTemplate {
     pub weight: u32,
     pub target: ir::BackendTarget,
     pub filters: Vec<FilterTemplate>,
+    /// The cluster an invalid BackendTLSPolicy kept this backend from using.
+    pub policy_cluster: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -369,6 +371,7 @@ pub fn rule(
     for b in r.backend_refs.iter().flatten() {
         let backend_filters = filters(b.filters.as_ref())?;
         let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
+        let mut policy_cluster = None;
         let target = match backends.resolve(
             from,
             &BackendRef {
@@ -382,6 +385,7 @@ pub fn rule(
             Ok(cluster) => ir::BackendTarget::Cluster(cluster),
             Err(problem) => {
                 let reason = problem.message.clone();
+                policy_cluster.clone_from(&problem.policy_cluster);
                 ref_problems.push(problem);
                 ir::BackendTarget::Invalid { reason }
             }
@@ -395,6 +399,7 @@ pub fn rule(
             weight,
             target,
             filters: backend_filters,
+            policy_cluster,
         });
     }
     if uses_prefix_replacement(&rule_filters) && !all_prefix(&matches) {

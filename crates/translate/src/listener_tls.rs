@@ -1,0 +1,204 @@
+//! TLS of a listener: certificateRefs to Secrets, and client validation from the Gateway's
+//! spec.tls.frontend, each resolved to IR or to the condition that explains why not.
+
+use crate::certificates;
+use crate::conditions::names::*;
+use crate::gateways::GATEWAY_GROUP;
+use crate::objects::ObjectKey;
+use crate::refs::{From, Refs};
+use gatehouse_ir as ir;
+use gateway_api::apis::standard::gateways::{Gateway, GatewayListeners, GatewayListenersTlsMode};
+use std::collections::BTreeMap;
+
+/// Why a TLS reference cannot be used: (ResolvedRefs reason, message).
+pub type Problem = (&'static str, String);
+
+/// Resolve one `kubernetes.io/tls` Secret reference from a Gateway, registering the
+/// certificate under `namespace/name`.
+pub fn secret_ref(
+    gw_namespace: &str,
+    group: Option<&str>,
+    kind: Option<&str>,
+    name: &str,
+    namespace: Option<&str>,
+    refs: &Refs,
+    certificates: &mut BTreeMap<String, ir::Certificate>,
+) -> Result<String, Problem> {
+    let (group, kind) = (group.unwrap_or(""), kind.unwrap_or("Secret"));
+    if !group.is_empty() || kind != "Secret" {
+        return Err((
+            INVALID_CERTIFICATE_REF,
+            format!("certificateRef kind {group}/{kind} is not supported; use a Secret"),
+        ));
+    }
+    let ns = namespace.unwrap_or(gw_namespace);
+    let from = From {
+        group: GATEWAY_GROUP,
+        kind: "Gateway",
+        namespace: gw_namespace,
+    };
+    if !refs.permitted(from, "", "Secret", ns, name) {
+        return Err((
+            REF_NOT_PERMITTED,
+            format!(
+                "no ReferenceGrant in namespace {ns} allows Gateways from {gw_namespace} to use Secret {name}"
+            ),
+        ));
+    }
+    let key = ObjectKey::new(ns, name);
+    let secret = refs
+        .secrets
+        .get(&key)
+        .ok_or((INVALID_CERTIFICATE_REF, format!("Secret {key} not found")))?;
+    let (cert_pem, key_pem) = certificates::tls_secret(secret)
+        .map_err(|e| (INVALID_CERTIFICATE_REF, format!("Secret {key}: {e}")))?;
+    let name = key.to_string();
+    certificates.insert(
+        name.clone(),
+        ir::Certificate {
+            name: name.clone(),
+            cert_pem,
+            key_pem,
+        },
+    );
+    Ok(name)
+}
+
+/// The listener's TLS, or the problem that keeps it from being served.
+pub fn listener_tls(
+    gw: &Gateway,
+    l: &GatewayListeners,
+    refs: &Refs,
+    certificates: &mut BTreeMap<String, ir::Certificate>,
+) -> Result<Option<ir::ListenerTls>, Problem> {
+    if !matches!(l.protocol.as_str(), "HTTPS" | "TLS") {
+        return Ok(None);
+    }
+    let gw_ns = crate::objects::namespace(&gw.metadata);
+    let tls = l.tls.as_ref();
+    let mode = match tls.and_then(|t| t.mode.as_ref()) {
+        Some(GatewayListenersTlsMode::Passthrough) => ir::TlsMode::Passthrough,
+        _ => ir::TlsMode::Terminate,
+    };
+    if mode == ir::TlsMode::Passthrough {
+        return Ok(Some(ir::ListenerTls {
+            mode,
+            certificates: Vec::new(),
+            client_validation: None,
+        }));
+    }
+    let cert_refs = tls
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    if cert_refs.is_empty() {
+        return Err((
+            INVALID_CERTIFICATE_REF,
+            "a listener that terminates TLS needs certificateRefs".into(),
+        ));
+    }
+    let mut names = Vec::new();
+    for r in cert_refs {
+        names.push(secret_ref(
+            &gw_ns,
+            r.group.as_deref(),
+            r.kind.as_deref(),
+            &r.name,
+            r.namespace.as_deref(),
+            refs,
+            certificates,
+        )?);
+    }
+    let client_validation = frontend_validation(gw, &gw_ns, l.port, refs)?;
+    Ok(Some(ir::ListenerTls {
+        mode,
+        certificates: names,
+        client_validation,
+    }))
+}
+
+/// Client certificate validation for `port`: the per-port entry if there is one, else the
+/// default.
+fn frontend_validation(
+    gw: &Gateway,
+    gw_ns: &str,
+    port: i32,
+    refs: &Refs,
+) -> Result<Option<ir::ClientValidation>, Problem> {
+    let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
+        return Ok(None);
+    };
+    // Both generated validation types have one JSON shape; read them through it.
+    let per_port = frontend.per_port.iter().flatten().find(|p| p.port == port);
+    let validation = match per_port {
+        Some(p) => p.tls.validation.as_ref().map(serde_json::to_value),
+        None => frontend
+            .default
+            .validation
+            .as_ref()
+            .map(serde_json::to_value),
+    };
+    let Some(Ok(v)) = validation else {
+        return Ok(None);
+    };
+    let insecure = v.get("mode").and_then(|m| m.as_str()) == Some("AllowInsecureFallback");
+    let mut bundle = String::new();
+    for r in v
+        .get("caCertificateRefs")
+        .and_then(|r| r.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let s = |k: &str| {
+            r.get(k)
+                .and_then(|x| x.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (group, kind, name) = (s("group"), s("kind"), s("name"));
+        if !group.is_empty() || kind != "ConfigMap" {
+            return Err((
+                INVALID_CA_CERTIFICATE_KIND,
+                format!("caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap"),
+            ));
+        }
+        let ns = r
+            .get("namespace")
+            .and_then(|x| x.as_str())
+            .unwrap_or(gw_ns)
+            .to_string();
+        let from = From {
+            group: GATEWAY_GROUP,
+            kind: "Gateway",
+            namespace: gw_ns,
+        };
+        if !refs.permitted(from, "", "ConfigMap", &ns, &name) {
+            return Err((
+                REF_NOT_PERMITTED,
+                format!(
+                    "no ReferenceGrant in namespace {ns} allows Gateways from {gw_ns} to use ConfigMap {name}"
+                ),
+            ));
+        }
+        let key = ObjectKey::new(ns, name);
+        let cm = refs.config_maps.get(&key).ok_or((
+            INVALID_CA_CERTIFICATE_REF,
+            format!("ConfigMap {key} not found"),
+        ))?;
+        let pem = certificates::ca_bundle(cm)
+            .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?;
+        bundle.push_str(&pem);
+        if !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+    }
+    if bundle.is_empty() {
+        return Err((
+            INVALID_CA_CERTIFICATE_REF,
+            "client validation needs at least one caCertificateRef".into(),
+        ));
+    }
+    Ok(Some(ir::ClientValidation {
+        ca_pem: bundle,
+        allow_insecure_fallback: insecure,
+    }))
+}
