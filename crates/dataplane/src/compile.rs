@@ -4,7 +4,9 @@
 //!
 //! Anything the IR holds that cannot be executed (a bad regex, an unparsable header name) is
 //! logged and contained: a matcher that cannot compile never matches, a filter that cannot
-//! compile answers 500 for its rule. The rest of the configuration is unaffected.
+//! compile answers 500 for its rule. The rest of the configuration is unaffected. The same holds
+//! for TLS: a listener whose certificate does not load refuses handshakes for its names, a
+//! cluster whose backend TLS settings do not load answers 502.
 
 use crate::Metrics;
 use crate::balancer::{RoundRobin, Weighted};
@@ -13,23 +15,28 @@ use crate::metrics::RouteMetrics;
 use crate::router::{
     HeaderMatcher, HostTable, PathMatcher, QueryMatcher, RequestMatcher, ValueMatcher,
 };
-use crate::upstream::{H2Endpoint, Upstreams};
+use crate::tls::{self, ClientKey, LoadedCert, TlsCache};
+use crate::upstream::{H2Endpoint, TlsUpstream, Upstreams};
 use gatehouse_ir as ir;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use prometheus_client::metrics::counter::Counter;
 use regex::Regex;
+use rustls::ServerConfig;
+use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::warn;
+use tracing::{error, warn};
 
 /// Everything one bound socket routes with.
 #[derive(Debug)]
 pub(crate) struct SocketTable {
+    /// Connections start with a TLS ClientHello (HTTPS and TLS listeners) rather than HTTP.
+    pub tls: bool,
     pub listeners: Vec<CompiledListener>,
-    /// Request host -> index into `listeners`.
+    /// Request host (or SNI name) -> index into `listeners`.
     pub hosts: HostTable<usize>,
     /// Metrics for requests no listener takes. The gateway label is the socket's gateway when
     /// only one gateway listens here, empty otherwise.
@@ -42,6 +49,34 @@ pub(crate) struct CompiledListener {
     pub rules: Vec<CompiledRule>,
     /// Metrics for requests this listener takes but no route matches.
     pub unmatched: RouteMetrics,
+    pub mode: ListenerMode,
+    /// TLS listeners: SNI name -> index into `tls_routes`.
+    pub tls_hosts: HostTable<usize>,
+    pub tls_routes: Vec<CompiledTlsRoute>,
+    /// `gatehouse_tls_handshakes_total` of this listener.
+    pub handshakes: Counter,
+}
+
+/// What a listener does with a connection.
+#[derive(Debug)]
+pub(crate) enum ListenerMode {
+    /// Plaintext HTTP.
+    Http,
+    /// TLS terminated here; `None` when no certificate (or client CA) loaded, and handshakes
+    /// for the listener's names are refused. Then HTTP (HTTPS listeners) or the decrypted
+    /// stream forwarded over TCP by TLSRoute (TLS listeners in Terminate mode).
+    Terminate {
+        config: Option<Arc<ServerConfig>>,
+        http: bool,
+    },
+    /// TLS forwarded untouched by TLSRoute, ClientHello included.
+    Passthrough,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledTlsRoute {
+    pub route: Arc<str>,
+    pub backends: Weighted<Target>,
 }
 
 #[derive(Debug)]
@@ -83,6 +118,9 @@ pub(crate) struct ClusterState {
     pub name: Arc<str>,
     pub endpoints: RoundRobin<Endpoint>,
     pub connect_failures: Counter,
+    /// The cluster asks for backend TLS whose settings do not load: HTTP requests get a 502
+    /// rather than going out in the clear or unverified.
+    pub tls_broken: bool,
 }
 
 #[derive(Debug)]
@@ -92,6 +130,8 @@ pub(crate) struct Endpoint {
     pub authority: Authority,
     /// The shared HTTP/2 connection, for h2c clusters.
     pub h2: Option<Arc<H2Endpoint>>,
+    /// Backend TLS; HTTP/1 requests go through its client, h2 ones under its connection.
+    pub tls: Option<Arc<TlsUpstream>>,
 }
 
 /// `^(?:re)$`: the group keeps alternations inside the anchors.
@@ -102,20 +142,23 @@ pub(crate) fn full_match_regex(re: &str) -> Result<Regex, regex::Error> {
 pub(crate) struct Compiler<'a> {
     pub metrics: &'a Metrics,
     pub upstreams: &'a Upstreams,
+    pub tls: &'a mut TlsCache,
     pub default_timeout: Option<Duration>,
 }
 
+type Certificates = HashMap<String, Arc<LoadedCert>>;
+
 impl Compiler<'_> {
-    pub(crate) fn compile(&self, config: &ir::Config) -> HashMap<SocketAddr, SocketTable> {
+    pub(crate) fn compile(&mut self, config: &ir::Config) -> HashMap<SocketAddr, SocketTable> {
+        let certs = self.tls.certificates(&config.certificates, self.metrics);
         let clusters: HashMap<&str, Arc<ClusterState>> = config
             .clusters
             .iter()
-            .map(|c| (c.name.as_str(), Arc::new(self.cluster(c))))
+            .map(|c| (c.name.as_str(), Arc::new(self.cluster(c, &certs))))
             .collect();
-        // The h2 registry only needs endpoints that are still referenced.
-        self.upstreams.prune_h2();
 
         struct Building {
+            tls: bool,
             listeners: Vec<CompiledListener>,
             hosts: HostTable<usize>,
             gateways: Vec<Arc<str>>,
@@ -124,13 +167,26 @@ impl Compiler<'_> {
         for gateway in &config.gateways {
             let gateway_key: Arc<str> = gateway.key().into();
             for listener in &gateway.listeners {
+                let tls = listener.protocol != ir::ListenerProtocol::Http;
                 let building = sockets
                     .entry(listener.socket_addr())
                     .or_insert_with(|| Building {
+                        tls,
                         listeners: Vec::new(),
                         hosts: HostTable::default(),
                         gateways: Vec::new(),
                     });
+                if building.tls != tls {
+                    // Translate never puts HTTP and HTTPS/TLS on one port; the first listener
+                    // decides what the socket speaks.
+                    warn!(
+                        gateway = &*gateway_key,
+                        listener = listener.name,
+                        address = %listener.socket_addr(),
+                        "listener mixes plaintext HTTP and TLS on one address; ignored",
+                    );
+                    continue;
+                }
                 let index = building.listeners.len();
                 if !building.hosts.insert(listener.hostname.as_deref(), index) {
                     warn!(
@@ -142,15 +198,14 @@ impl Compiler<'_> {
                     );
                     continue;
                 }
-                building
-                    .listeners
-                    .push(self.listener(&gateway_key, listener, &clusters));
+                let compiled = self.listener(&gateway_key, listener, &clusters, &certs);
+                building.listeners.push(compiled);
                 if !building.gateways.contains(&gateway_key) {
                     building.gateways.push(gateway_key.clone());
                 }
             }
         }
-        sockets
+        let tables = sockets
             .into_iter()
             .map(|(addr, b)| {
                 let gateway = match b.gateways.as_slice() {
@@ -158,17 +213,32 @@ impl Compiler<'_> {
                     _ => Arc::from(""),
                 };
                 let table = SocketTable {
+                    tls: b.tls,
                     listeners: b.listeners,
                     hosts: b.hosts,
                     unmatched: RouteMetrics::new(self.metrics, gateway, Arc::from(""), 404),
                 };
                 (addr, table)
             })
-            .collect()
+            .collect();
+        // Registries and caches only keep what this configuration still uses.
+        self.upstreams.finish_apply();
+        self.tls.finish();
+        tables
     }
 
-    fn cluster(&self, cluster: &ir::Cluster) -> ClusterState {
+    fn cluster(&mut self, cluster: &ir::Cluster, certs: &Certificates) -> ClusterState {
         let name: Arc<str> = cluster.name.as_str().into();
+        let (tls, tls_broken) = match &cluster.tls {
+            None => (None, false),
+            Some(settings) => match self.upstream_tls(cluster, settings, certs) {
+                Ok(tls) => (Some(tls), false),
+                Err(error) => {
+                    error!(cluster = cluster.name, %error, "backend TLS cannot be set up; requests to this cluster answer 502");
+                    (None, true)
+                }
+            },
+        };
         let endpoints = cluster
             .endpoints
             .iter()
@@ -181,11 +251,12 @@ impl Compiler<'_> {
                     }
                 };
                 let h2 = (cluster.protocol == ir::UpstreamProtocol::H2c)
-                    .then(|| self.upstreams.h2_endpoint(addr));
+                    .then(|| self.upstreams.h2_endpoint(addr, tls.clone()));
                 Some(Endpoint {
                     addr,
                     authority,
                     h2,
+                    tls: tls.clone(),
                 })
             })
             .collect();
@@ -193,14 +264,142 @@ impl Compiler<'_> {
             connect_failures: self.metrics.cluster_connect_failures(&name),
             name,
             endpoints: RoundRobin::new(endpoints),
+            tls_broken,
         }
     }
 
-    fn listener(
+    fn upstream_tls(
         &self,
+        cluster: &ir::Cluster,
+        settings: &ir::UpstreamTls,
+        certs: &Certificates,
+    ) -> Result<Arc<TlsUpstream>, String> {
+        let client_cert: Option<Arc<CertifiedKey>> =
+            settings
+                .client_certificate
+                .as_ref()
+                .and_then(|name| match certs.get(name) {
+                    Some(cert) => Some(cert.key.clone()),
+                    None => {
+                        warn!(
+                            cluster = cluster.name,
+                            certificate = name,
+                            "backend client certificate is not loaded; connecting without one"
+                        );
+                        None
+                    }
+                });
+        let h2 = cluster.protocol == ir::UpstreamProtocol::H2c;
+        let key = ClientKey::new(settings, client_cert.as_ref(), h2);
+        let provider = &self.tls.provider;
+        self.upstreams.tls_upstream(key, || {
+            tls::client_config(settings, client_cert, h2, provider)
+        })
+    }
+
+    /// A terminating listener's `ServerConfig`, or `None` (logged) when it cannot serve.
+    fn server_config(
+        &mut self,
+        gateway: &str,
+        listener: &ir::Listener,
+        certs: &Certificates,
+        http: bool,
+    ) -> Option<Arc<ServerConfig>> {
+        let Some(settings) = &listener.tls else {
+            error!(
+                gateway,
+                listener = listener.name,
+                "TLS listener without TLS settings; handshakes are refused"
+            );
+            return None;
+        };
+        let keys: Vec<Arc<CertifiedKey>> = settings
+            .certificates
+            .iter()
+            .filter_map(|name| certs.get(name).map(|c| c.key.clone()))
+            .collect();
+        if keys.is_empty() {
+            error!(
+                gateway,
+                listener = listener.name,
+                certificates = ?settings.certificates,
+                "no usable certificate; handshakes for this listener's names are refused"
+            );
+            return None;
+        }
+        match self
+            .tls
+            .server_config(keys, settings.client_validation.as_ref(), http)
+        {
+            Ok(config) => Some(config),
+            Err(error) => {
+                error!(
+                    gateway,
+                    listener = listener.name,
+                    %error,
+                    "TLS settings cannot be used; handshakes for this listener's names are refused"
+                );
+                None
+            }
+        }
+    }
+
+    fn target(
+        &self,
+        route: &str,
+        target: &ir::BackendTarget,
+        clusters: &HashMap<&str, Arc<ClusterState>>,
+    ) -> Target {
+        match target {
+            ir::BackendTarget::Cluster(name) => match clusters.get(name.as_str()) {
+                Some(c) => Target::Cluster(c.clone()),
+                None => {
+                    warn!(route, cluster = name, "unknown cluster; answering 500");
+                    Target::Invalid
+                }
+            },
+            ir::BackendTarget::Invalid { .. } => Target::Invalid,
+        }
+    }
+
+    fn tls_routes(
+        &self,
+        listener: &ir::Listener,
+        clusters: &HashMap<&str, Arc<ClusterState>>,
+    ) -> (HostTable<usize>, Vec<CompiledTlsRoute>) {
+        let mut hosts = HostTable::default();
+        let mut routes = Vec::with_capacity(listener.tls_routes.len());
+        for (index, route) in listener.tls_routes.iter().enumerate() {
+            let key = route.route.key();
+            // No hostnames: every name the listener takes.
+            let names: &[String] = &route.hostnames;
+            if names.is_empty() {
+                hosts.insert(None, index);
+            }
+            for name in names {
+                // The IR lists the most specific routes first, so the first claim wins.
+                hosts.insert(Some(name), index);
+            }
+            let backends = Weighted::new(
+                route
+                    .backends
+                    .iter()
+                    .map(|b| (b.weight, self.target(&key, &b.target, clusters))),
+            );
+            routes.push(CompiledTlsRoute {
+                route: key.into(),
+                backends,
+            });
+        }
+        (hosts, routes)
+    }
+
+    fn listener(
+        &mut self,
         gateway: &Arc<str>,
         listener: &ir::Listener,
         clusters: &HashMap<&str, Arc<ClusterState>>,
+        certs: &Certificates,
     ) -> CompiledListener {
         let mut route_keys: HashMap<String, Arc<str>> = HashMap::new();
         let rules = listener
@@ -254,10 +453,36 @@ impl Compiler<'_> {
                 );
             }
         }
+        let mode = match listener.protocol {
+            ir::ListenerProtocol::Http => ListenerMode::Http,
+            ir::ListenerProtocol::Https => ListenerMode::Terminate {
+                config: self.server_config(gateway, listener, certs, true),
+                http: true,
+            },
+            ir::ListenerProtocol::Tls => match listener.tls.as_ref().map(|t| t.mode) {
+                Some(ir::TlsMode::Terminate) => ListenerMode::Terminate {
+                    config: self.server_config(gateway, listener, certs, false),
+                    http: false,
+                },
+                Some(ir::TlsMode::Passthrough) | None => ListenerMode::Passthrough,
+            },
+        };
+        let (tls_hosts, tls_routes) = self.tls_routes(listener, clusters);
+        // Only listeners that terminate TLS have a handshake series.
+        let handshakes = match mode {
+            ListenerMode::Terminate { .. } => self
+                .metrics
+                .listener_handshakes(gateway, &listener.name.as_str().into()),
+            _ => Counter::default(),
+        };
         CompiledListener {
             vhosts,
             rules,
             unmatched: RouteMetrics::new(self.metrics, gateway.clone(), Arc::from(""), 404),
+            mode,
+            tls_hosts,
+            tls_routes,
+            handshakes,
         }
     }
 
@@ -269,22 +494,8 @@ impl Compiler<'_> {
         clusters: &HashMap<&str, Arc<ClusterState>>,
     ) -> CompiledRule {
         let backends = Weighted::new(rule.backends.iter().map(|b| {
-            let target = match &b.target {
-                ir::BackendTarget::Cluster(name) => match clusters.get(name.as_str()) {
-                    Some(c) => Target::Cluster(c.clone()),
-                    None => {
-                        warn!(
-                            route = &*route,
-                            cluster = name,
-                            "unknown cluster; answering 500"
-                        );
-                        Target::Invalid
-                    }
-                },
-                ir::BackendTarget::Invalid { .. } => Target::Invalid,
-            };
             let backend = Backend {
-                target,
+                target: self.target(&route, &b.target, clusters),
                 filters: filters(&route, &b.filters),
             };
             (b.weight, backend)

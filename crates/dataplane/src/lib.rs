@@ -7,8 +7,9 @@
 //!
 //! Module map: `compile` (IR -> tables), `router` (host and rule matching), `filters` (header
 //! modifiers, redirects, rewrites), `balancer` (weighted and round-robin choice), `upstream`
-//! (clients, hop-by-hop hygiene, upgrades), `proxy` (the request path), `listeners` (sockets,
-//! accept, drain), `metrics`.
+//! (clients, backend TLS, hop-by-hop hygiene, upgrades), `proxy` (the request path),
+//! `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls` (certificates, server and
+//! client configurations, ClientHello peek), `stream` (TCP forwarding for TLSRoute), `metrics`.
 
 mod balancer;
 mod compile;
@@ -17,6 +18,8 @@ mod listeners;
 mod metrics;
 mod proxy;
 mod router;
+mod stream;
+mod tls;
 mod upstream;
 
 pub use metrics::Metrics;
@@ -47,6 +50,8 @@ pub struct Options {
     /// Largest request head accepted (HTTP/1 buffer, HTTP/2 header list). Bigger heads get a
     /// 431 or a clean close. Values below 8 KiB are raised to 8 KiB (hyper's minimum buffer).
     pub max_header_bytes: usize,
+    /// A TLS client must finish its handshake (ClientHello included) within this time.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for Options {
@@ -57,6 +62,7 @@ impl Default for Options {
             default_request_timeout: Some(Duration::from_secs(60)),
             header_read_timeout: Duration::from_secs(30),
             max_header_bytes: 64 * 1024,
+            tls_handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -92,6 +98,9 @@ pub(crate) struct Shared {
     /// Cancelled when the shutdown grace period is over: whatever is left is dropped.
     pub kill: CancellationToken,
     pub default_request_timeout: Option<Duration>,
+    /// TCP connect timeout towards backends (also for TLSRoute forwarding).
+    pub connect_timeout: Duration,
+    pub tls_handshake_timeout: Duration,
 }
 
 /// The running data plane. Cheap to share; all methods take `&self`.
@@ -101,6 +110,8 @@ pub struct DataPlane {
     sockets: Mutex<HashMap<SocketAddr, BoundSocket>>,
     /// Serialises applies so that binds and removals of two applies never interleave.
     apply_lock: tokio::sync::Mutex<()>,
+    /// Certificates and TLS configurations kept across applies (control path only).
+    tls: Mutex<tls::TlsCache>,
 }
 
 impl fmt::Debug for DataPlane {
@@ -138,11 +149,14 @@ impl DataPlane {
             draining: CancellationToken::new(),
             kill: CancellationToken::new(),
             default_request_timeout: options.default_request_timeout,
+            connect_timeout: options.connect_timeout,
+            tls_handshake_timeout: options.tls_handshake_timeout,
         };
         Arc::new(DataPlane {
             shared: Arc::new(shared),
             sockets: Mutex::new(HashMap::new()),
             apply_lock: tokio::sync::Mutex::new(()),
+            tls: Mutex::new(tls::TlsCache::default()),
         })
     }
 
@@ -157,18 +171,27 @@ impl DataPlane {
     /// longer present (their open connections drain gracefully). Returns one error per address
     /// it could not bind; everything else is still applied. Listeners that did not change keep
     /// their sockets and connections.
+    ///
+    /// Certificates and TLS settings are part of the compiled tables: the first handshake after
+    /// the swap uses the new certificate, established TLS connections keep theirs. Unchanged
+    /// certificates, listener TLS configurations and backend TLS clients are reused from the
+    /// previous apply (so session caches and pooled backend connections survive).
     pub async fn apply(&self, config: &gatehouse_ir::Config) -> Vec<BindError> {
         let _serial = self.apply_lock.lock().await;
         if self.shared.draining.is_cancelled() {
             warn!("apply after shutdown ignored");
             return Vec::new();
         }
-        let tables = compile::Compiler {
-            metrics: &self.shared.metrics,
-            upstreams: &self.shared.upstreams,
-            default_timeout: self.shared.default_request_timeout,
-        }
-        .compile(config);
+        let tables = {
+            let mut tls = self.tls.lock().unwrap_or_else(|e| e.into_inner());
+            compile::Compiler {
+                metrics: &self.shared.metrics,
+                upstreams: &self.shared.upstreams,
+                tls: &mut tls,
+                default_timeout: self.shared.default_request_timeout,
+            }
+            .compile(config)
+        };
 
         // Close removed addresses first, so that an address moving between two listeners (or
         // from a wildcard to a specific IP) can be bound again in this same apply.

@@ -1,11 +1,17 @@
-//! Sockets: bind, accept, serve connections, drain.
+//! Sockets: bind, accept, TLS handshakes, serve connections, drain.
 //!
 //! One accept loop per distinct address. Each socket holds an `ArcSwap` of its routing table,
-//! which `apply` replaces without touching the socket or its connections.
+//! which `apply` replaces without touching the socket or its connections. The table says
+//! whether the socket speaks TLS; a TLS connection's ClientHello is read (not answered) first,
+//! its SNI picks the listener with the same precedence as HTTP hosts, and the listener's mode
+//! decides: terminate with the listener's certificates (then HTTP, or TCP to a TLSRoute
+//! backend), or pass the untouched bytes through to a TLSRoute backend. Certificates live in
+//! the table, so a swap changes what new handshakes see and nothing else.
 
-use crate::Shared;
-use crate::compile::SocketTable;
+use crate::compile::{ListenerMode, SocketTable};
 use crate::proxy::{self, ConnContext};
+use crate::tls::{self, FailureReason, HelloError};
+use crate::{Metrics, Shared, stream};
 use arc_swap::ArcSwap;
 use http::HeaderValue;
 use hyper_util::rt::TokioIo;
@@ -15,8 +21,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::StartHandshake;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -76,7 +84,7 @@ async fn accept_loop(listener: TcpListener, socket: Arc<SocketShared>, stop: Can
                 socket
                     .shared
                     .tasks
-                    .spawn(serve(stream, peer, socket.clone(), stop.clone()));
+                    .spawn(connection(stream, peer, socket.clone(), stop.clone()));
             }
             // A client that gave up before we accepted: nothing to do.
             Err(error)
@@ -97,23 +105,182 @@ async fn accept_loop(listener: TcpListener, socket: Arc<SocketShared>, stop: Can
     debug!(address = ?listener.local_addr().ok(), "listener closed");
 }
 
-async fn serve(
+/// Counts a client connection as active for as long as it lives (an upgraded tunnel included).
+pub(crate) struct ActiveConn(Arc<Metrics>);
+
+impl ActiveConn {
+    fn new(metrics: &Arc<Metrics>) -> Self {
+        metrics.connections_total.inc();
+        metrics.connections_active.inc();
+        ActiveConn(metrics.clone())
+    }
+}
+
+impl Drop for ActiveConn {
+    fn drop(&mut self) {
+        self.0.connections_active.dec();
+    }
+}
+
+async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     socket: Arc<SocketShared>,
     drain: CancellationToken,
 ) {
+    let active = ActiveConn::new(&socket.shared.metrics);
+    if socket.table.load().tls {
+        serve_tls(stream, peer, socket, drain, active).await;
+    } else {
+        serve_http(stream, peer, socket, drain, None, active).await;
+    }
+}
+
+async fn serve_tls(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    socket: Arc<SocketShared>,
+    drain: CancellationToken,
+    active: ActiveConn,
+) {
+    let shared = socket.shared.clone();
+    let metrics = &shared.metrics;
+    // One budget for the ClientHello and the rest of the handshake.
+    let deadline = tokio::time::Instant::now() + shared.tls_handshake_timeout;
+    let mut seen = Vec::new();
+    let hello = tokio::select! {
+        hello = tokio::time::timeout_at(deadline, tls::read_client_hello(&mut stream, &mut seen)) => hello,
+        () = shared.kill.cancelled() => return,
+    };
+    let accepted = match hello {
+        Ok(Ok(accepted)) => accepted,
+        // A port probe or health check that connects and leaves: not a handshake.
+        Ok(Err(HelloError::Closed { empty: true })) => return,
+        Ok(Err(HelloError::Tls(error))) => {
+            debug!(%peer, %error, "invalid ClientHello");
+            metrics.tls_failure(FailureReason::of_tls(&error));
+            return;
+        }
+        Ok(Err(HelloError::TooOld)) => {
+            debug!(%peer, "client offered nothing newer than TLS 1.1");
+            metrics.tls_failure(FailureReason::ProtocolVersion);
+            return;
+        }
+        Ok(Err(HelloError::Closed { empty: false } | HelloError::TooLarge)) => {
+            metrics.tls_failure(FailureReason::Other);
+            return;
+        }
+        Err(_) => {
+            metrics.tls_failure(FailureReason::Timeout);
+            return;
+        }
+    };
+    let sni = tls::sni_of(&accepted.client_hello());
+
+    let table = socket.table.load_full();
+    let Some(listener) = table.hosts.get(&sni).map(|&i| &table.listeners[i]) else {
+        debug!(%peer, sni = &*sni, "no listener for this server name");
+        metrics.tls_failure(FailureReason::NoCertificate);
+        tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+        return;
+    };
+    let (config, http) = match &listener.mode {
+        ListenerMode::Terminate {
+            config: Some(config),
+            http,
+        } => (config.clone(), *http),
+        ListenerMode::Terminate { config: None, .. } | ListenerMode::Http => {
+            metrics.tls_failure(FailureReason::NoCertificate);
+            tls::send_alert(&mut stream, tls::ALERT_HANDSHAKE_FAILURE).await;
+            return;
+        }
+        ListenerMode::Passthrough => {
+            let picked = stream::pick(listener, &sni);
+            drop(table);
+            match picked {
+                Ok(target) => {
+                    if stream::forward(&mut stream, &seen, target, &shared)
+                        .await
+                        .is_err()
+                    {
+                        tls::send_alert(&mut stream, tls::ALERT_HANDSHAKE_FAILURE).await;
+                    }
+                }
+                Err(why) => {
+                    debug!(%peer, sni = &*sni, why, "TLS passthrough refused");
+                    metrics.tls_failure(FailureReason::NoRoute);
+                    tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+                }
+            }
+            return;
+        }
+    };
+    // TLSRoute on a terminating listener: the backend is known before the handshake, and a
+    // name without a route is refused without one.
+    let tcp_backend = match (http, stream::pick(listener, &sni)) {
+        (true, _) => None,
+        (false, Ok(picked)) => Some(picked),
+        (false, Err(why)) => {
+            debug!(%peer, sni = &*sni, why, "TLS connection refused");
+            metrics.tls_failure(FailureReason::NoRoute);
+            tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+            return;
+        }
+    };
+    let handshakes = listener.handshakes.clone();
+    drop(table);
+
+    let handshake = StartHandshake::from_parts(accepted, stream).into_stream(config);
+    let tls_stream = tokio::select! {
+        result = tokio::time::timeout_at(deadline, handshake) => result,
+        () = shared.kill.cancelled() => return,
+    };
+    let mut tls_stream = match tls_stream {
+        Ok(Ok(s)) => s,
+        Ok(Err(error)) => {
+            debug!(%peer, sni = &*sni, %error, "TLS handshake failed");
+            metrics.tls_failure(FailureReason::of_io(&error));
+            return;
+        }
+        Err(_) => {
+            metrics.tls_failure(FailureReason::Timeout);
+            return;
+        }
+    };
+    handshakes.inc();
+    match tcp_backend {
+        None => serve_http(tls_stream, peer, socket, drain, Some(sni), active).await,
+        Some(target) => {
+            let _ = stream::forward(&mut tls_stream, &[], target, &shared).await;
+            let _ = tls_stream.shutdown().await;
+        }
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 (by preface; after TLS, ALPN h2 means the client sends the h2
+/// preface) on a plaintext or decrypted stream. `sni`: the connection is TLS and its listener
+/// was chosen by this name.
+async fn serve_http<I>(
+    io: I,
+    peer: SocketAddr,
+    socket: Arc<SocketShared>,
+    drain: CancellationToken,
+    sni: Option<Box<str>>,
+    active: ActiveConn,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let shared = socket.shared.clone();
     let client_ip = HeaderValue::try_from(peer.ip().to_canonical().to_string())
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
-    let conn = Arc::new(ConnContext::new(socket, client_ip));
+    let conn = Arc::new(ConnContext::new(socket, client_ip, sni, active));
     let service = hyper::service::service_fn(move |req| {
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(proxy::handle(conn, req).await) }
     });
     let connection = shared
         .server
-        .serve_connection_with_upgrades(TokioIo::new(stream), service);
+        .serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
     tokio::select! {
         result = connection.as_mut() => {

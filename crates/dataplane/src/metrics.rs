@@ -4,6 +4,7 @@
 //! counts instead of formatting strings. The per-rule histogram and the per-rule `200` counter
 //! are resolved at compile time, which keeps the common case off the family's lock.
 
+use crate::tls::FailureReason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,6 +31,22 @@ pub(crate) struct ClusterLabels {
     pub cluster: Arc<str>,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ListenerLabels {
+    pub gateway: Arc<str>,
+    pub listener: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CertificateLabels {
+    pub certificate: String,
+}
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 /// Time-to-response-headers buckets: sub-millisecond proxying up to the 60 s default timeout.
@@ -48,6 +65,9 @@ pub struct Metrics {
     pub(crate) connect_failures: Family<ClusterLabels, Counter>,
     pub(crate) connections_active: Gauge,
     pub(crate) connections_total: Counter,
+    pub(crate) tls_handshakes: Family<ListenerLabels, Counter>,
+    pub(crate) tls_failures: Family<ReasonLabels, Counter>,
+    pub(crate) certificate_expiry: Family<CertificateLabels, Gauge>,
 }
 
 impl Metrics {
@@ -58,7 +78,16 @@ impl Metrics {
             connect_failures: Family::default(),
             connections_active: Gauge::default(),
             connections_total: Counter::default(),
+            tls_handshakes: Family::default(),
+            tls_failures: Family::default(),
+            certificate_expiry: Family::default(),
         };
+        // Every reason exists from the start, so that rates and alerts see zeros.
+        for reason in FailureReason::ALL {
+            metrics.tls_failures.get_or_create_owned(&ReasonLabels {
+                reason: reason.as_str(),
+            });
+        }
         registry.register(
             "gatehouse_http_requests",
             "HTTP requests answered, by gateway, route and status code",
@@ -85,6 +114,21 @@ impl Metrics {
             "Client connections accepted",
             metrics.connections_total.clone(),
         );
+        registry.register(
+            "gatehouse_tls_handshakes",
+            "TLS handshakes completed by the gateway, by listener",
+            metrics.tls_handshakes.clone(),
+        );
+        registry.register(
+            "gatehouse_tls_handshake_failures",
+            "TLS connections refused before carrying data, by reason",
+            metrics.tls_failures.clone(),
+        );
+        registry.register(
+            "gatehouse_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of each loaded certificate (Unix time)",
+            metrics.certificate_expiry.clone(),
+        );
         metrics
     }
 
@@ -103,6 +147,35 @@ impl Metrics {
             route: labels.route.clone(),
             code,
         })
+    }
+
+    pub(crate) fn listener_handshakes(&self, gateway: &Arc<str>, listener: &Arc<str>) -> Counter {
+        self.tls_handshakes.get_or_create_owned(&ListenerLabels {
+            gateway: gateway.clone(),
+            listener: listener.clone(),
+        })
+    }
+
+    pub(crate) fn tls_failure(&self, reason: FailureReason) {
+        self.tls_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn set_certificate_expiry(&self, certificate: &str, not_after: i64) {
+        self.certificate_expiry
+            .get_or_create(&CertificateLabels {
+                certificate: certificate.to_owned(),
+            })
+            .set(not_after);
+    }
+
+    pub(crate) fn remove_certificate_expiry(&self, certificate: &str) {
+        self.certificate_expiry.remove(&CertificateLabels {
+            certificate: certificate.to_owned(),
+        });
     }
 
     pub(crate) fn cluster_connect_failures(&self, cluster: &Arc<str>) -> Counter {

@@ -2,7 +2,7 @@
 
 use crate::compile::{CompiledRoute, CompiledRule, Endpoint, SocketTable, Target};
 use crate::filters::Filter;
-use crate::listeners::SocketShared;
+use crate::listeners::{ActiveConn, SocketShared};
 use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
 use crate::upstream::{self, UpstreamError};
 use bytes::Bytes;
@@ -27,20 +27,29 @@ pub(crate) struct ConnContext {
     pub socket: Arc<SocketShared>,
     /// The client IP, formatted once per connection for `X-Forwarded-For`.
     pub client_ip: HeaderValue,
+    /// TLS connections: the SNI name (lower case, empty when the client sent none) that chose
+    /// the listener whose certificate the connection got.
+    pub sni: Option<Box<str>>,
+    /// `X-Forwarded-Proto`.
+    pub proto: HeaderValue,
+    _active: ActiveConn,
 }
 
 impl ConnContext {
-    pub(crate) fn new(socket: Arc<SocketShared>, client_ip: HeaderValue) -> Self {
-        let metrics = &socket.shared.metrics;
-        metrics.connections_total.inc();
-        metrics.connections_active.inc();
-        ConnContext { socket, client_ip }
-    }
-}
-
-impl Drop for ConnContext {
-    fn drop(&mut self) {
-        self.socket.shared.metrics.connections_active.dec();
+    pub(crate) fn new(
+        socket: Arc<SocketShared>,
+        client_ip: HeaderValue,
+        sni: Option<Box<str>>,
+        active: ActiveConn,
+    ) -> Self {
+        let proto = HeaderValue::from_static(if sni.is_some() { "https" } else { "http" });
+        ConnContext {
+            socket,
+            client_ip,
+            sni,
+            proto,
+            _active: active,
+        }
     }
 }
 
@@ -118,6 +127,23 @@ pub(crate) async fn handle(
     let table: Arc<SocketTable> = conn.socket.table.load_full();
     let mut buf = [0u8; MAX_HOST_LEN];
     let host = request_host(&req, &mut buf).unwrap_or("");
+    let listener = table.hosts.get(host).copied();
+    // 421 Misdirected Request: on TLS, a Host that belongs to another listener than the one
+    // the SNI chose (and whose certificate the client got) is not served on this connection.
+    if let (Some(sni), Some(by_host)) = (&conn.sni, listener)
+        && table.hosts.get(sni).copied() != Some(by_host)
+    {
+        let response = generated(
+            StatusCode::MISDIRECTED_REQUEST,
+            "request host does not match the TLS server name of this connection\n",
+        );
+        table.unmatched.record(
+            &conn.socket.shared.metrics,
+            response.status().as_u16(),
+            start.elapsed(),
+        );
+        return response;
+    }
     let routed = {
         let mut view = RequestView {
             method: req.method(),
@@ -125,7 +151,7 @@ pub(crate) async fn handle(
             headers: req.headers(),
             query: LazyQuery::new(req.uri().query()),
         };
-        router::route(&table, host, &mut view)
+        router::route(&table, listener, host, &mut view)
     };
     let (metrics, response) = match routed {
         Routed::NoListener => (&table.unmatched, not_found()),
@@ -258,7 +284,14 @@ async fn forward(
         None => upstream::upgrade_protocol(&req),
         Some(_) => None,
     };
-    if let Err(text) = prepare_upstream(&mut req, &conn.client_ip, endpoint, rewrite, &upgrade) {
+    if cluster.tls_broken {
+        return respond(
+            generated(StatusCode::BAD_GATEWAY, "upstream TLS is misconfigured\n"),
+            &rule.filters,
+            &backend.filters,
+        );
+    }
+    if let Err(text) = prepare_upstream(&mut req, conn, endpoint, rewrite, &upgrade) {
         return respond(
             generated(StatusCode::INTERNAL_SERVER_ERROR, text),
             &rule.filters,
@@ -342,7 +375,7 @@ fn strip_and_maybe_upgrade(
 /// Host/authority and path as rewritten, URI pointing at the endpoint.
 fn prepare_upstream(
     req: &mut Request<Incoming>,
-    client_ip: &HeaderValue,
+    conn: &ConnContext,
     endpoint: &Endpoint,
     rewrite: Rewrite,
     upgrade: &Option<HeaderValue>,
@@ -366,6 +399,7 @@ fn prepare_upstream(
         }
     };
 
+    let client_ip = &conn.client_ip;
     let headers = req.headers_mut();
     upstream::strip_hop_by_hop(headers);
     if let Some(protocol) = upgrade {
@@ -384,7 +418,7 @@ fn prepare_upstream(
         }
     };
     headers.insert(X_FORWARDED_FOR.clone(), forwarded_for);
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO.clone(), conn.proto.clone());
     if let Some(host) = &original_host {
         headers.insert(X_FORWARDED_HOST.clone(), host.clone());
     }
@@ -405,7 +439,11 @@ fn prepare_upstream(
         endpoint.authority.clone()
     };
     let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(Scheme::HTTP);
+    parts.scheme = Some(if endpoint.tls.is_some() {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    });
     parts.authority = Some(authority);
     parts.path_and_query = Some(path_and_query);
     *req.uri_mut() = Uri::from_parts(parts).map_err(|_| "cannot build upstream URI\n")?;

@@ -297,12 +297,15 @@ pub(crate) enum Routed<'t> {
 
 /// `host` must be normalised. Bounded: one host lookup per table plus the routes of one
 /// virtual host, each matcher doing work bounded by the request's size.
+/// `listener` is `table.hosts.get(host)`, looked up by the caller (which also needs it for
+/// the 421 check).
 pub(crate) fn route<'t>(
     table: &'t SocketTable,
+    listener: Option<usize>,
     host: &str,
     req: &mut RequestView<'_>,
 ) -> Routed<'t> {
-    let Some(listener) = table.hosts.get(host).map(|&i| &table.listeners[i]) else {
+    let Some(listener) = listener.and_then(|i| table.listeners.get(i)) else {
         return Routed::NoListener;
     };
     let Some(vhost) = listener.vhosts.get(host) else {

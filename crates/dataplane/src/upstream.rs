@@ -6,18 +6,27 @@
 //! the request host from the backend (RFC 9113 §8.3.1 wants `:authority`, not `Host`). So each
 //! h2c endpoint owns one multiplexed connection whose requests carry the real host as
 //! `:authority`; the connection is shared across applies while the endpoint stays configured.
+//!
+//! Clusters with backend TLS get a [`TlsUpstream`]: its own pooled client (TCP + rustls through
+//! hyper-rustls, ALPN http/1.1) or, for h2 clusters, TLS under the shared HTTP/2 connection
+//! (ALPN h2). A `TlsUpstream` is built at apply time and reused by later applies while its
+//! settings are unchanged, so pooled TLS connections survive unrelated configuration changes.
 
 use crate::Options;
 use crate::compile::Endpoint;
+use crate::tls::{ClientKey, Reuse};
 use arc_swap::ArcSwapOption;
 use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper::upgrade::OnUpgrade;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
@@ -37,9 +46,14 @@ pub(crate) enum UpstreamError {
 
 pub(crate) struct Upstreams {
     http1: Client<HttpConnector, Incoming>,
-    /// Used at compile time only, so that applies keep reusing live h2 connections.
-    h2: Mutex<HashMap<SocketAddr, Weak<H2Endpoint>>>,
+    /// Used at compile time only, so that applies keep reusing live h2 connections. Keyed by
+    /// address and the address of the endpoint's `TlsUpstream` (0 for cleartext); the endpoint
+    /// holds that `TlsUpstream`, so the pointer cannot be reused while the entry is live.
+    h2: Mutex<HashMap<(SocketAddr, usize), Weak<H2Endpoint>>>,
+    /// Compile time only: backend TLS clients by their settings.
+    tls: Mutex<Reuse<ClientKey, Arc<TlsUpstream>>>,
     connect_timeout: Duration,
+    pool_idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -63,28 +77,57 @@ impl Upstreams {
         Upstreams {
             http1,
             h2: Mutex::new(HashMap::new()),
+            tls: Mutex::new(Reuse::default()),
             connect_timeout: options.connect_timeout,
+            pool_idle_timeout: options.pool_idle_timeout,
         }
     }
 
-    pub(crate) fn h2_endpoint(&self, addr: SocketAddr) -> Arc<H2Endpoint> {
+    pub(crate) fn h2_endpoint(
+        &self,
+        addr: SocketAddr,
+        tls: Option<Arc<TlsUpstream>>,
+    ) -> Arc<H2Endpoint> {
+        let key = (addr, tls.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize));
         let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = map.get(&addr).and_then(Weak::upgrade) {
+        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
             return existing;
         }
         let endpoint = Arc::new(H2Endpoint {
             addr,
+            tls,
             connect_timeout: self.connect_timeout,
             sender: ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
         });
-        map.insert(addr, Arc::downgrade(&endpoint));
+        map.insert(key, Arc::downgrade(&endpoint));
         endpoint
     }
 
-    pub(crate) fn prune_h2(&self) {
+    /// The backend TLS client for `key`, built by `config` unless the previous apply had one.
+    pub(crate) fn tls_upstream(
+        &self,
+        key: ClientKey,
+        config: impl FnOnce() -> Result<(ClientConfig, ServerName<'static>), String>,
+    ) -> Result<Arc<TlsUpstream>, String> {
+        let mut reuse = self.tls.lock().unwrap_or_else(|e| e.into_inner());
+        reuse.get_or_try(key, || {
+            let (config, server_name) = config()?;
+            Ok(Arc::new(TlsUpstream::new(
+                config,
+                server_name,
+                self.connect_timeout,
+                self.pool_idle_timeout,
+            )))
+        })
+    }
+
+    /// Ends an apply: drops h2 registry entries and TLS clients nothing uses any more.
+    pub(crate) fn finish_apply(&self) {
         let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
+        drop(map);
+        self.tls.lock().unwrap_or_else(|e| e.into_inner()).finish();
     }
 
     /// `req` must already carry its upstream URI (`http://<endpoint>/...` for HTTP/1,
@@ -94,15 +137,67 @@ impl Upstreams {
         endpoint: &Endpoint,
         req: Request<Incoming>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        match &endpoint.h2 {
-            Some(h2) => h2.send(req).await,
-            None => self.http1.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamError::Connect(e.into())
-                } else {
-                    UpstreamError::Failed(e.into())
-                }
-            }),
+        let result = match (&endpoint.h2, &endpoint.tls) {
+            (Some(h2), _) => return h2.send(req).await,
+            (None, Some(tls)) => tls.http1.request(req).await,
+            (None, None) => self.http1.request(req).await,
+        };
+        result.map_err(|e| {
+            // TLS handshake failures (e.g. an untrusted or misnamed certificate) happen in
+            // the connector, so they count as connect errors.
+            if e.is_connect() {
+                UpstreamError::Connect(e.into())
+            } else {
+                UpstreamError::Failed(e.into())
+            }
+        })
+    }
+}
+
+/// TLS towards the endpoints of one cluster (BackendTLSPolicy).
+pub(crate) struct TlsUpstream {
+    connector: tokio_rustls::TlsConnector,
+    server_name: ServerName<'static>,
+    http1: Client<HttpsConnector<HttpConnector>, Incoming>,
+}
+
+impl std::fmt::Debug for TlsUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsUpstream")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsUpstream {
+    fn new(
+        config: ClientConfig,
+        server_name: ServerName<'static>,
+        connect_timeout: Duration,
+        pool_idle_timeout: Duration,
+    ) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_connect_timeout(Some(connect_timeout));
+        tcp.set_nodelay(true);
+        tcp.enforce_http(false);
+        let config = Arc::new(config);
+        // Not the builder: it refuses a config with ALPN set, and we offer http/1.1 (or h2).
+        let connector = HttpsConnector::new(
+            tcp,
+            config.clone(),
+            true,
+            Arc::new(FixedServerNameResolver::new(server_name.clone())),
+        );
+        let http1 = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(pool_idle_timeout)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .set_host(false)
+            .build(connector);
+        TlsUpstream {
+            connector: tokio_rustls::TlsConnector::from(config),
+            server_name,
+            http1,
         }
     }
 }
@@ -110,6 +205,8 @@ impl Upstreams {
 /// One h2c backend endpoint and its shared connection.
 pub(crate) struct H2Endpoint {
     addr: SocketAddr,
+    /// TLS under HTTP/2 (ALPN h2), for h2 clusters with backend TLS.
+    tls: Option<Arc<TlsUpstream>>,
     connect_timeout: Duration,
     /// Read lock-free by every request; replaced when the connection dies.
     sender: ArcSwapOption<http2::SendRequest<Incoming>>,
@@ -147,18 +244,17 @@ impl H2Endpoint {
             .map_err(|e| UpstreamError::Connect(e.into()))?
             .map_err(|e| UpstreamError::Connect(e.into()))?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(30))
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| UpstreamError::Connect(e.into()))?;
-        let addr = self.addr;
-        tokio::spawn(async move {
-            if let Err(error) = conn.await {
-                debug!(%addr, %error, "h2c upstream connection ended");
+        let sender = match &self.tls {
+            None => h2_handshake(self.addr, stream).await?,
+            Some(tls) => {
+                let connect = tls.connector.connect(tls.server_name.clone(), stream);
+                let stream = tokio::time::timeout(self.connect_timeout, connect)
+                    .await
+                    .map_err(|e| UpstreamError::Connect(e.into()))?
+                    .map_err(|e| UpstreamError::Connect(e.into()))?;
+                h2_handshake(self.addr, stream).await?
             }
-        });
+        };
         self.sender.store(Some(Arc::new(sender.clone())));
         Ok(sender)
     }
@@ -180,6 +276,27 @@ impl H2Endpoint {
             },
         }
     }
+}
+
+async fn h2_handshake<I>(
+    addr: SocketAddr,
+    io: I,
+) -> Result<http2::SendRequest<Incoming>, UpstreamError>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(30))
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| UpstreamError::Connect(e.into()))?;
+    tokio::spawn(async move {
+        if let Err(error) = conn.await {
+            debug!(%addr, %error, "h2 upstream connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 fn tokens(value: &HeaderValue) -> impl Iterator<Item = &str> {

@@ -226,6 +226,8 @@ fn listener(
             hostname: "*".into(),
             routes: entries,
         }],
+        tls: None,
+        tls_routes: vec![],
     }
 }
 
@@ -242,6 +244,7 @@ fn cluster(name: &str, protocol: UpstreamProtocol, endpoints: Vec<SocketAddr>) -
         name: name.into(),
         protocol,
         endpoints,
+        tls: None,
     }
 }
 
@@ -253,6 +256,7 @@ fn config(listeners: Vec<Listener>, clusters: Vec<Cluster>) -> Config {
     Config {
         gateways: vec![gateway(listeners)],
         clusters,
+        certificates: vec![],
     }
 }
 
