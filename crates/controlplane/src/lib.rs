@@ -5,6 +5,7 @@
 //! leader election.
 
 mod file;
+pub mod kubernetes;
 mod locate;
 mod watch;
 

@@ -52,7 +52,16 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" => {
             if state.ready.load(Ordering::Acquire) {
-                respond(StatusCode::OK, "text/plain", "ready\n")
+                // An unreachable API server does not make the data plane unready: it keeps
+                // serving the last configuration, and says so.
+                let api = match &state.api_connected {
+                    Some(c) if !c.load(Ordering::Acquire) => {
+                        "kubernetes api: unreachable, serving the last configuration\n"
+                    }
+                    Some(_) => "kubernetes api: connected\n",
+                    None => "",
+                };
+                respond(StatusCode::OK, "text/plain", format!("ready\n{api}"))
             } else {
                 respond(
                     StatusCode::SERVICE_UNAVAILABLE,

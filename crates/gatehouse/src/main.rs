@@ -1,7 +1,7 @@
 //! The `gatehouse` command.
 
 use clap::{Parser, Subcommand};
-use gatehouse::{echo, run, status_report, telemetry};
+use gatehouse::{controller, echo, run, status_report, telemetry};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +31,9 @@ struct Cli {
 enum Command {
     /// Serve the Gateways in a file or directory of manifests, following every change live.
     Run(RunArgs),
+    /// Serve the Gateways of a Kubernetes cluster and write their status (KUBECONFIG or
+    /// in-cluster credentials).
+    Controller(ControllerArgs),
     /// Print the status Gatehouse computes for the manifests, like `kubectl get -o yaml`.
     Status {
         /// A YAML file or a directory of them.
@@ -55,6 +58,40 @@ struct RunArgs {
     /// A YAML file or a directory of them (read recursively).
     #[arg(short = 'f', long = "file")]
     path: PathBuf,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args)]
+struct ControllerArgs {
+    /// Give each Gateway its own loopback address (127.x.y.z) to listen on, so many Gateways
+    /// can share ports on one machine (local clusters, conformance tests).
+    #[arg(long)]
+    local_addresses: bool,
+    /// controllerName of the GatewayClasses to serve.
+    #[arg(long, default_value = gatehouse_translate::CONTROLLER_NAME)]
+    controller_name: String,
+    /// Disable leader election: this replica writes status unconditionally.
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "gatehouse-leader")]
+    leader_election_name: String,
+    /// This replica's identity in the Lease (defaults to POD_NAME or the host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    leader_election_identity: Option<String>,
+    /// How long a Lease holds without renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
     /// Admin endpoint: /healthz /readyz /metrics /config_dump /status.
     #[arg(
         long,
@@ -94,6 +131,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(run_options(args))
                 .await
                 .map(|()| ExitCode::SUCCESS),
+            Command::Controller(args) => run_controller(args).await.map(|()| ExitCode::SUCCESS),
             Command::Status { path, output } => Ok(status(path, &output)),
             Command::Echo { listen, name } => echo::run(echo::EchoOptions { listen, name })
                 .await
@@ -112,16 +150,50 @@ fn main() -> ExitCode {
 fn run_options(a: RunArgs) -> run::RunOptions {
     run::RunOptions {
         path: a.path,
-        admin_address: a.admin_address,
-        default_address: a.address,
-        shutdown_grace: a.shutdown_grace,
-        dataplane: gatehouse_dataplane::Options {
+        admin_address: a.serve.admin_address,
+        default_address: a.serve.address,
+        shutdown_grace: a.serve.shutdown_grace,
+        dataplane: dataplane_options(&a.serve),
+    }
+}
+
+async fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach Kubernetes: {e}"))?;
+    let identity = a.leader_election_identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let lease = (!a.no_leader_election).then(|| gatehouse_controlplane::kubernetes::LeaseOptions {
+        namespace: a.leader_election_namespace.clone(),
+        name: a.leader_election_name.clone(),
+        identity,
+        lease_duration: a.lease_duration,
+        renew_every: a.lease_duration / 5,
+    });
+    let opts = controller::ControllerOptions {
+        admin_address: a.serve.admin_address,
+        default_address: a.serve.address,
+        local_addresses: a.local_addresses,
+        shutdown_grace: a.serve.shutdown_grace,
+        dataplane: dataplane_options(&a.serve),
+        lease,
+        controller_name: a.controller_name,
+    };
+    run::serve_until_signal(controller::start(opts, client).await?).await;
+    Ok(())
+}
+
+fn dataplane_options(a: &ServeArgs) -> gatehouse_dataplane::Options {
+    {
+        gatehouse_dataplane::Options {
             connect_timeout: a.connect_timeout,
             pool_idle_timeout: a.backend_idle_timeout,
             default_request_timeout: (!a.request_timeout.is_zero()).then_some(a.request_timeout),
             header_read_timeout: a.header_read_timeout,
             ..Default::default()
-        },
+        }
     }
 }
 

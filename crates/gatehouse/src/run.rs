@@ -46,13 +46,32 @@ pub struct Snapshot {
 pub struct State {
     pub snapshot: ArcSwap<Snapshot>,
     pub ready: AtomicBool,
+    /// `Some` in controller mode: whether the Kubernetes API answers.
+    pub api_connected: Option<AtomicBool>,
     pub registry: Registry,
     pub dataplane: Arc<DataPlane>,
-    metrics: ControlMetrics,
+    pub(crate) metrics: ControlMetrics,
     generation_tx: watch::Sender<u64>,
 }
 
 impl State {
+    pub(crate) fn new(dataplane: DataOptions, kubernetes: bool) -> Arc<State> {
+        let mut registry = Registry::default();
+        let data_metrics = Arc::new(DataMetrics::new(&mut registry));
+        let metrics = ControlMetrics::new(&mut registry);
+        let dataplane = DataPlane::new(dataplane, data_metrics);
+        let (generation_tx, _) = watch::channel(0);
+        Arc::new(State {
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            ready: AtomicBool::new(false),
+            api_connected: kubernetes.then(|| AtomicBool::new(false)),
+            registry,
+            dataplane,
+            metrics,
+            generation_tx,
+        })
+    }
+
     /// Resolves once the served generation is at least `generation`.
     pub async fn wait_for_generation(&self, generation: u64) {
         let mut rx = self.generation_tx.subscribe();
@@ -64,10 +83,10 @@ impl State {
 pub struct Running {
     pub admin_address: SocketAddr,
     pub state: Arc<State>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    admin_task: tokio::task::JoinHandle<()>,
-    grace: Duration,
+    pub(crate) stop: CancellationToken,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+    pub(crate) admin_task: tokio::task::JoinHandle<()>,
+    pub(crate) grace: Duration,
 }
 
 impl Running {
@@ -82,20 +101,7 @@ impl Running {
 
 /// Load the sources once, start serving, then follow every change of the files.
 pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
-    let mut registry = Registry::default();
-    let data_metrics = Arc::new(DataMetrics::new(&mut registry));
-    let metrics = ControlMetrics::new(&mut registry);
-    let dataplane = DataPlane::new(opts.dataplane.clone(), data_metrics);
-    let (generation_tx, _) = watch::channel(0);
-    let state = Arc::new(State {
-        snapshot: ArcSwap::from_pointee(Snapshot::default()),
-        ready: AtomicBool::new(false),
-        registry,
-        dataplane,
-        metrics,
-        generation_tx,
-    });
-
+    let state = State::new(opts.dataplane.clone(), false);
     let admin_listener = tokio::net::TcpListener::bind(opts.admin_address)
         .await
         .with_context(|| format!("cannot bind the admin endpoint on {}", opts.admin_address))?;
@@ -152,8 +158,8 @@ async fn reconcile(source: FileSource, state: &State, options: &TranslateOptions
     .await
     .expect("the reconcile task never panics");
 
-    let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
     let previous = state.snapshot.load_full();
+    let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
     // Log a problem when it appears, not on every reload while it lasts.
     for e in loaded
         .errors
@@ -169,8 +175,21 @@ async fn reconcile(source: FileSource, state: &State, options: &TranslateOptions
     if errors.is_empty() && !previous.errors.is_empty() {
         tracing::info!("all configuration errors are fixed");
     }
-    state.metrics.source_errors.set(errors.len() as i64);
+    publish(state, &loaded.input, output, errors, started).await;
+    source
+}
 
+/// Apply a translated configuration to the data plane (only if it changed) and publish the
+/// snapshot the admin endpoint serves. Returns the stamped status.
+pub(crate) async fn publish(
+    state: &State,
+    input: &gatehouse_translate::Input,
+    output: gatehouse_translate::Output,
+    errors: Vec<String>,
+    started: Instant,
+) -> Status {
+    state.metrics.source_errors.set(errors.len() as i64);
+    let previous = state.snapshot.load_full();
     let config_changed = *previous.config != output.config;
     let bind_errors = if config_changed {
         let failed = state.dataplane.apply(&output.config).await;
@@ -191,7 +210,7 @@ async fn reconcile(source: FileSource, state: &State, options: &TranslateOptions
         &previous.status,
         k8s_openapi::jiff::Timestamp::now(),
     );
-    let objects = status_report::objects(&loaded.input, &status);
+    let objects = status_report::objects(input, &status);
     let generation = previous.generation + u64::from(config_changed);
     state.snapshot.store(Arc::new(Snapshot {
         generation,
@@ -200,7 +219,7 @@ async fn reconcile(source: FileSource, state: &State, options: &TranslateOptions
         } else {
             Arc::clone(&previous.config)
         },
-        status,
+        status: status.clone(),
         objects,
         errors: errors.clone(),
         bind_errors,
@@ -229,17 +248,20 @@ async fn reconcile(source: FileSource, state: &State, options: &TranslateOptions
         .get_or_create(&ResultLabel { result })
         .inc();
     state.generation_tx.send_replace(generation);
-    source
+    status
 }
 
 /// Run until SIGINT/SIGTERM, then drain.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
-    let running = start(opts).await?;
+    serve_until_signal(start(opts).await?).await;
+    Ok(())
+}
+
+pub async fn serve_until_signal(running: Running) {
     shutdown_signal().await;
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     running.stop().await;
     tracing::info!("stopped");
-    Ok(())
 }
 
 pub async fn shutdown_signal() {

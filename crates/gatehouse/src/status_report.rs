@@ -1,63 +1,13 @@
 //! Status as users see it: the objects with their status, like `kubectl get -o yaml`.
 
-use gatehouse_translate::{Input, ObjectKey, Status, conditions};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use gatehouse_translate::{Input, ObjectKey, Status};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 /// Give each condition its lastTransitionTime: kept from `previous` while unchanged, else `now`.
 pub fn stamp(status: &mut Status, previous: &Status, now: Timestamp) {
-    fn each(new: Option<&mut Vec<Condition>>, old: Option<&Vec<Condition>>, now: Timestamp) {
-        if let Some(new) = new {
-            conditions::stamp(new, old.map(Vec::as_slice).unwrap_or_default(), now);
-        }
-    }
-    for (name, s) in &mut status.gateway_classes {
-        let old = previous
-            .gateway_classes
-            .get(name)
-            .and_then(|p| p.conditions.as_ref());
-        each(s.conditions.as_mut(), old, now);
-    }
-    for (key, s) in &mut status.gateways {
-        let old = previous.gateways.get(key);
-        each(
-            s.conditions.as_mut(),
-            old.and_then(|p| p.conditions.as_ref()),
-            now,
-        );
-        for l in s.listeners.iter_mut().flatten() {
-            let old_l = old
-                .and_then(|p| p.listeners.as_ref())
-                .and_then(|ls| ls.iter().find(|o| o.name == l.name));
-            each(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
-        }
-    }
-    for (key, s) in &mut status.http_routes {
-        let old = previous.http_routes.get(key);
-        for p in &mut s.parents {
-            let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
-            each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
-        }
-    }
-    for (key, s) in &mut status.tls_routes {
-        let old = previous.tls_routes.get(key);
-        for p in &mut s.parents {
-            let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
-            each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
-        }
-    }
-    for (key, s) in &mut status.backend_tls_policies {
-        let old = previous.backend_tls_policies.get(key);
-        for a in &mut s.ancestors {
-            let old_a = old.and_then(|o| {
-                o.ancestors
-                    .iter()
-                    .find(|oa| oa.ancestor_ref == a.ancestor_ref)
-            });
-            each(Some(&mut a.conditions), old_a.map(|o| &o.conditions), now);
-        }
-    }
+    gatehouse_translate::stamp_status(status, previous, now);
 }
 
 fn strip_managed_fields(meta: &mut ObjectMeta) {

@@ -20,6 +20,7 @@ mod precedence;
 mod refs;
 mod tls_routes;
 
+pub use conditions::stamp_status;
 pub use input::Input;
 pub use objects::ObjectKey;
 
