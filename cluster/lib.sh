@@ -1,0 +1,174 @@
+# shellcheck shell=bash
+# Shared by cluster/up, cluster/down and cluster/test. Not meant to be run directly.
+#
+# Environment (all optional):
+#   GATEHOUSE_CLUSTER_CACHE   binary cache root (default $XDG_CACHE_HOME/gatehouse-cluster
+#                             or ~/.cache/gatehouse-cluster); one subdirectory per build key
+#   GATEHOUSE_CLUSTER_STATE   state dir: pids, certs, kubeconfig, etcd data, logs
+#                             (default cluster/.state)
+#   GATEHOUSE_GATEWAY_CHANNEL experimental (default; a superset of standard) or standard
+#   GO                        the go command (default: go on PATH, else /usr/local/go/bin/go)
+#   GOFLAGS                   passed through to go build (e.g. -p=1 on a busy machine)
+
+CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# Pinned versions. Kubernetes and etcd are pinned in go.mod; these are for ldflags,
+# the CRD bundle and the README.
+KUBE_VERSION=v1.34.4
+GATEWAY_API_VERSION=v1.7.0
+GATEWAY_API_MODULE=sigs.k8s.io/gateway-api
+# Bump when the build recipe below changes, so cached binaries are rebuilt.
+BUILD_RECIPE=2
+
+STATE=$(realpath -m "${GATEHOUSE_CLUSTER_STATE:-$CLUSTER_DIR/.state}")
+CACHE_ROOT=${GATEHOUSE_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gatehouse-cluster}
+# shellcheck disable=SC2034 # used by up
+CHANNEL=${GATEHOUSE_GATEWAY_CHANNEL:-experimental}
+
+log() { printf '%s\n' "cluster: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Seconds since the epoch with millisecond precision, and a formatter for durations.
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
+
+find_go() {
+  if [[ -n ${GO:-} ]]; then echo "$GO"; return; fi
+  if command -v go >/dev/null 2>&1; then command -v go; return; fi
+  [[ -x /usr/local/go/bin/go ]] && { echo /usr/local/go/bin/go; return; }
+  die "no go toolchain found (set GO=/path/to/go)"
+}
+
+# Serialise up/down/test on one state dir. The lock file lives next to the state dir
+# so that `down` can remove the whole state dir while holding it.
+lock_state() {
+  mkdir -p "$(dirname "$STATE")"
+  exec 9>"$STATE.lock"
+  flock 9
+}
+
+# The build key: everything that changes the binaries or the CRD bundle.
+build_key() {
+  local go=$1
+  {
+    cat "$CLUSTER_DIR/go.mod" "$CLUSTER_DIR/go.sum"
+    find "$CLUSTER_DIR/cmd" -type f -name '*.go' | LC_ALL=C sort | xargs cat
+    "$go" version
+    echo "$KUBE_VERSION $GATEWAY_API_VERSION $BUILD_RECIPE"
+  } | sha256sum | cut -c1-16
+}
+
+ldflags() {
+  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+  local f="-s -w" p
+  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    f+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    f+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$f"
+}
+
+# Builds the binaries and copies the Gateway API CRDs into $CACHE_ROOT/<key>, once.
+# Sets BUILD_DIR. Safe against concurrent callers (flock on the cache root).
+ensure_built() {
+  local go key start
+  go=$(find_go)
+  key=$(build_key "$go")
+  BUILD_DIR=$CACHE_ROOT/$key
+  if [[ -f $BUILD_DIR/.complete ]]; then return; fi
+  mkdir -p "$CACHE_ROOT"
+  exec 8>"$CACHE_ROOT/.lock"
+  flock 8
+  if [[ -f $BUILD_DIR/.complete ]]; then exec 8>&-; return; fi
+  start=$(now)
+  log "building kube-apiserver, etcd, kubectl ($KUBE_VERSION) into $BUILD_DIR (first build takes minutes)"
+  local tmp=$BUILD_DIR.tmp.$$
+  rm -rf "$tmp" && mkdir -p "$tmp/bin" "$tmp/crds"
+  (
+    cd "$CLUSTER_DIR"
+    # Static binaries: nothing depends on the host's libc.
+    CGO_ENABLED=0 GOFLAGS="-buildvcs=false ${GOFLAGS:-}" \
+      "$go" build -trimpath -ldflags "$(ldflags)" -o "$tmp/bin/" ./cmd/...
+  ) || { rm -rf "$tmp"; die "go build failed"; }
+
+  # Gateway API CRDs from the module (go verifies the zip against go.sum/sum.golang.org).
+  # gateway-api v1.7.0's go.mod says `go 1.27.0`, so with an older local toolchain
+  # `go mod download` still downloads, verifies and extracts the module but exits 1
+  # with a "requires go >= 1.27.0" error; only the files are needed here, so the exit
+  # status is ignored and the files are taken from the module cache (or the zip).
+  local json dir zip
+  json=$(cd "$tmp" || exit
+         GOFLAGS='' GOWORK=off GO111MODULE=on "$go" mod download -json \
+           "$GATEWAY_API_MODULE@$GATEWAY_API_VERSION" || true)
+  dir=$("$go" env GOMODCACHE)/$GATEWAY_API_MODULE@$GATEWAY_API_VERSION
+  zip=$(sed -n 's/^\s*"Zip": "\(.*\)",$/\1/p' <<<"$json")
+  if [[ ! -d $dir/config/crd/standard && -f $zip ]]; then
+    dir=$tmp/gateway-api
+    unzip -q "$zip" "$GATEWAY_API_MODULE@$GATEWAY_API_VERSION/config/crd/*" -d "$dir" &&
+      dir=$dir/$GATEWAY_API_MODULE@$GATEWAY_API_VERSION
+  fi
+  [[ -d $dir/config/crd/standard ]] || { printf '%s\n' "$json" >&2; rm -rf "$tmp"; die "could not fetch $GATEWAY_API_MODULE@$GATEWAY_API_VERSION"; }
+  local ch
+  for ch in standard experimental; do
+    mkdir -p "$tmp/crds/$ch"
+    # Every manifest except kustomization.yaml (not a Kubernetes object).
+    find "$dir/config/crd/$ch" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml \
+      -exec cp {} "$tmp/crds/$ch/" \;
+    chmod -R u+w "$tmp/crds/$ch"
+  done
+  rm -rf "$tmp/gateway-api"
+  echo "$KUBE_VERSION gateway-api $GATEWAY_API_VERSION $($go version)" >"$tmp/VERSIONS"
+  touch "$tmp/.complete"
+  rm -rf "$BUILD_DIR" && mv "$tmp" "$BUILD_DIR"
+  # Keep the three newest builds (other worktrees may still use an older key).
+  local old
+  while read -r old; do [[ -n $old ]] && rm -rf "$old"; done < <(
+    find "$CACHE_ROOT" -mindepth 1 -maxdepth 1 -type d -name '????????????????' -printf '%T@ %p\n' |
+      sort -rn | tail -n +4 | cut -d' ' -f2-)
+  exec 8>&-
+  log "built in $(since "$start")"
+}
+
+# pid_alive NAME: the process recorded in $STATE/NAME.pid is running and is ours
+# (its command line mentions this state dir, so a recycled pid is never touched).
+pid_alive() {
+  local f=$STATE/$1.pid pid
+  [[ -f $f ]] || return 1
+  pid=$(<"$f")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$STATE" || return 1
+  echo "$pid"
+}
+
+# stop_proc NAME: TERM, wait up to 15s, then KILL.
+stop_proc() {
+  local pid i
+  pid=$(pid_alive "$1") || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 150; i++)); do
+    [[ -d /proc/$pid ]] || return 0
+    # A zombie child of this shell counts as gone.
+    [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && return 0
+    sleep 0.1
+  done
+  log "$1 (pid $pid) did not stop on TERM; killing"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Calls the API server with the admin client certificate.
+api_get() {
+  curl -fsS --max-time 2 --cacert "$STATE/pki/ca.crt" \
+    --cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" \
+    "https://$(<"$STATE/apiserver.addr")$1"
+}
+
+cluster_healthy() {
+  pid_alive etcd >/dev/null && pid_alive kube-apiserver >/dev/null &&
+    [[ -f $STATE/kubeconfig && -f $STATE/ready ]] && [[ $(api_get /readyz 2>/dev/null) == ok ]]
+}
+
+print_env() {
+  echo "export KUBECONFIG=$STATE/kubeconfig"
+  echo "export GATEHOUSE_CLUSTER_BIN=$STATE/bin"
+}
