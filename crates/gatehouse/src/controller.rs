@@ -3,6 +3,7 @@
 
 use crate::admin;
 use crate::run::{Running, State, publish};
+use crate::telemetry::ResultLabel;
 use anyhow::Context as _;
 use gatehouse_controlplane::kubernetes::{KubeSource, LeaderElection, LeaseOptions, StatusWriter};
 use gatehouse_dataplane::Options as DataOptions;
@@ -27,6 +28,8 @@ pub struct ControllerOptions {
     /// `None` disables leader election: this replica always writes status.
     pub lease: Option<LeaseOptions>,
     pub controller_name: String,
+    /// The data plane's Service (namespace/name): its address is what Gateways report.
+    pub publish_service: Option<ObjectKey>,
 }
 
 /// Stable loopback addresses per Gateway: derived from its name, so they survive restarts,
@@ -104,6 +107,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
             ..TranslateOptions::default()
         },
         local: opts.local_addresses,
+        publish_service: opts.publish_service.clone(),
     };
     ctx.reconcile(&source).await;
     state.ready.store(true, Ordering::Release);
@@ -152,6 +156,44 @@ struct Ctx {
     addresses: AddressBook,
     base: TranslateOptions,
     local: bool,
+    publish_service: Option<ObjectKey>,
+}
+
+/// The addresses clients reach the data plane at: the Service's load-balancer ingress if it has
+/// one, else its cluster IPs. `None` until the Service exists (status then shows the bind
+/// address).
+fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(String, String)>> {
+    let svc = input
+        .services
+        .iter()
+        .find(|s| ObjectKey::of(&s.metadata) == *service)?;
+    let ingress: Vec<(String, String)> = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| match (&i.ip, &i.hostname) {
+            (Some(ip), _) => Some(("IPAddress".to_string(), ip.clone())),
+            (None, Some(h)) => Some(("Hostname".to_string(), h.clone())),
+            _ => None,
+        })
+        .collect();
+    if !ingress.is_empty() {
+        return Some(ingress);
+    }
+    let spec = svc.spec.as_ref()?;
+    let ips: Vec<(String, String)> = spec
+        .cluster_ips
+        .clone()
+        .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
+        .into_iter()
+        .flatten()
+        .filter(|ip| ip != "None" && !ip.is_empty())
+        .map(|ip| ("IPAddress".to_string(), ip))
+        .collect();
+    (!ips.is_empty()).then_some(ips)
 }
 
 impl Ctx {
@@ -162,6 +204,9 @@ impl Ctx {
         if self.local {
             options.gateway_addresses = self.addresses.assign(&input);
         }
+        if let Some(key) = &self.publish_service {
+            options.published_addresses = published_addresses(&input, key);
+        }
         let (input, output) = tokio::task::spawn_blocking(move || {
             let output = translate(&input, &options);
             (input, output)
@@ -171,6 +216,13 @@ impl Ctx {
         let status = publish(&self.state, &input, output, Vec::new(), started).await;
         if self.leader.as_ref().is_none_or(LeaderElection::is_leader) {
             let w = self.writer.write(&input, status).await;
+            let m = &self.state.metrics.status_writes;
+            m.get_or_create(&ResultLabel { result: "patched" })
+                .inc_by(w.patched as u64);
+            m.get_or_create(&ResultLabel { result: "conflict" })
+                .inc_by(w.conflicts as u64);
+            m.get_or_create(&ResultLabel { result: "failed" })
+                .inc_by(w.failed as u64);
             if w.patched + w.conflicts + w.failed > 0 {
                 tracing::debug!(
                     patched = w.patched,

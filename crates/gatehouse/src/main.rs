@@ -71,6 +71,10 @@ struct ControllerArgs {
     /// controllerName of the GatewayClasses to serve.
     #[arg(long, default_value = gatehouse_translate::CONTROLLER_NAME)]
     controller_name: String,
+    /// The data plane's Service, as namespace/name: Gateways report its load-balancer ingress
+    /// (or cluster IP) in status.addresses instead of the address they bind.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    publish_service: Option<String>,
     /// Disable leader election: this replica writes status unconditionally.
     #[arg(long)]
     no_leader_election: bool,
@@ -180,6 +184,11 @@ async fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
         dataplane: dataplane_options(&a.serve),
         lease,
         controller_name: a.controller_name,
+        publish_service: match a.publish_service.as_deref().map(|s| s.split_once('/')) {
+            None => None,
+            Some(Some((ns, name))) => Some(gatehouse_translate::ObjectKey::new(ns, name)),
+            Some(None) => anyhow::bail!("--publish-service takes namespace/name"),
+        },
     };
     run::serve_until_signal(controller::start(opts, client).await?).await;
     Ok(())

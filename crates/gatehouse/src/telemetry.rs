@@ -36,6 +36,8 @@ pub struct ControlMetrics {
     pub apply_duration: Histogram,
     pub reconciles: Family<ResultLabel, Counter>,
     pub source_errors: Gauge,
+    /// Controller mode: status patches by result (patched, conflict, failed).
+    pub status_writes: Family<ResultLabel, Counter>,
 }
 
 impl ControlMetrics {
@@ -48,6 +50,7 @@ impl ControlMetrics {
             ),
             reconciles: Family::default(),
             source_errors: Gauge::default(),
+            status_writes: Family::default(),
         };
         registry.register(
             "gatehouse_config_generation",
@@ -68,6 +71,11 @@ impl ControlMetrics {
             "gatehouse_config_source_errors",
             "Errors in the configuration sources right now (broken files keep their last good content)",
             m.source_errors.clone(),
+        );
+        registry.register(
+            "gatehouse_status_writes",
+            "Status patches written to the Kubernetes API by this replica, by result",
+            m.status_writes.clone(),
         );
         m
     }

@@ -379,7 +379,7 @@ fn mark_conflicts(listeners: &mut [ListenerCtx]) {
 }
 
 /// The Gateway's status once routes have been attached (attachedRoutes is known).
-pub fn status(gw: &GatewayCtx) -> GatewayStatus {
+pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> GatewayStatus {
     let generation = gw.object.metadata.generation;
     let listeners: Vec<GatewayStatusListeners> = gw
         .listeners
@@ -459,12 +459,22 @@ pub fn status(gw: &GatewayCtx) -> GatewayStatus {
         });
     }
     GatewayStatus {
-        addresses: gw.address.map(|a| {
-            vec![GatewayStatusAddresses {
-                r#type: Some("IPAddress".into()),
-                value: a.to_string(),
-            }]
-        }),
+        addresses: match published {
+            Some(list) if gw.address.is_some() => Some(
+                list.iter()
+                    .map(|(t, v)| GatewayStatusAddresses {
+                        r#type: Some(t.clone()),
+                        value: v.clone(),
+                    })
+                    .collect(),
+            ),
+            _ => gw.address.map(|a| {
+                vec![GatewayStatusAddresses {
+                    r#type: Some("IPAddress".into()),
+                    value: a.to_string(),
+                }]
+            }),
+        },
         attached_listener_sets: None,
         conditions: Some(conditions),
         listeners: Some(listeners),

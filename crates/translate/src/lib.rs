@@ -62,6 +62,9 @@ pub struct Options {
     /// Addresses assigned from outside (e.g. one loopback address per Gateway); they win over
     /// the Gateway's own spec.addresses.
     pub gateway_addresses: BTreeMap<ObjectKey, IpAddr>,
+    /// What status.addresses reports when it differs from where the data plane binds (in a
+    /// cluster: the data-plane Service's load-balancer ingress or cluster IP), as (type, value).
+    pub published_addresses: Option<Vec<(String, String)>>,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             controller_name: CONTROLLER_NAME.to_string(),
             default_address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             gateway_addresses: BTreeMap::new(),
+            published_addresses: None,
         }
     }
 }
@@ -256,7 +260,12 @@ pub fn translate(input: &Input, options: &Options) -> Output {
     );
     let gateway_status = gws
         .iter()
-        .map(|g| (g.key.clone(), gateways::status(g)))
+        .map(|g| {
+            (
+                g.key.clone(),
+                gateways::status(g, options.published_addresses.as_deref()),
+            )
+        })
         .collect();
     Output {
         config: ir::Config {

@@ -86,16 +86,27 @@ fn now() -> MicroTime {
 
 async fn run(api: Api<Lease>, o: LeaseOptions, tx: Arc<watch::Sender<bool>>) {
     let mut last_renewed: Option<Instant> = None;
+    let mut failing = false;
     loop {
         let held = match try_acquire_or_renew(&api, &o).await {
             Ok(held) => {
+                failing = false;
                 if held {
                     last_renewed = Some(Instant::now());
                 }
                 held
             }
             Err(e) => {
-                tracing::debug!("lease {}/{}: {e}", o.namespace, o.name);
+                // Say it once per run of failures: a replica that can never lead (say, for
+                // lack of RBAC on leases) must not be silent about it.
+                if !failing {
+                    tracing::warn!(
+                        "cannot acquire or renew lease {}/{}: {e}",
+                        o.namespace,
+                        o.name
+                    );
+                }
+                failing = true;
                 // Keep leading only while the last renewal is still comfortably valid.
                 last_renewed.is_some_and(|t| t.elapsed() < o.lease_duration * 2 / 3)
             }

@@ -183,3 +183,5 @@ where
 pub async fn echo_json(resp: reqwest::Response) -> serde_json::Value {
     resp.json().await.expect("echo answers JSON")
 }
+
+pub mod kube;

@@ -1,0 +1,452 @@
+//! The controller against a real kube-apiserver (cluster/up): objects created through the API
+//! become traffic and status; updates, deletes and endpoint changes apply live; invalid
+//! objects get their conditions; two replicas elect one status writer and fail over.
+
+mod support;
+
+use gatehouse::controller::{ControllerOptions, start};
+use gatehouse_controlplane::kubernetes::LeaseOptions;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use support::kube::*;
+use support::*;
+
+struct Env {
+    ns: String,
+    class: String,
+    controller: String,
+    port: u16,
+}
+
+impl Env {
+    fn new() -> Env {
+        let ns = unique("ctl");
+        kubectl(&["create", "namespace", &ns], None);
+        let class = unique("class");
+        let controller = format!("gatehouse.dev/{}", unique("test"));
+        Env {
+            ns,
+            class,
+            controller,
+            port: free_port(),
+        }
+    }
+
+    fn base_objects(&self) {
+        apply(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: {ctl}}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {port}, protocol: HTTP}}]\n",
+            class = self.class,
+            ctl = self.controller,
+            ns = self.ns,
+            port = self.port
+        ));
+    }
+
+    fn service(&self, name: &str, endpoints: &[SocketAddr]) {
+        let port = endpoints[0].port();
+        let eps: String = endpoints
+            .iter()
+            .map(|e| {
+                format!(
+                    "- addresses: [\"{}\"]\n  conditions: {{ready: true}}\n",
+                    e.ip()
+                )
+            })
+            .collect();
+        apply(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  ports: [{{name: http, port: 80, targetPort: {port}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}, protocol: TCP}}]\nendpoints:\n{eps}",
+            ns = self.ns
+        ));
+    }
+
+    fn route(&self, name: &str, path: &str, backend: &str) {
+        apply(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{HOST}]\n  rules: [{{matches: [{{path: {{value: {path}}}}}], backendRefs: [{{name: {backend}, port: 80}}]}}]\n",
+            ns = self.ns
+        ));
+    }
+
+    fn options(&self, address: &str, lease: Option<LeaseOptions>) -> ControllerOptions {
+        ControllerOptions {
+            admin_address: "127.0.0.1:0".parse().unwrap(),
+            default_address: address.parse::<IpAddr>().unwrap(),
+            local_addresses: false,
+            shutdown_grace: Duration::from_secs(2),
+            dataplane: Default::default(),
+            lease,
+            controller_name: self.controller.clone(),
+            publish_service: None,
+        }
+    }
+
+    fn url(&self, address: &str, path: &str) -> String {
+        let _ = address;
+        url(self.port, path)
+    }
+
+    fn condition(
+        &self,
+        kind: &str,
+        name: &str,
+        path: &[&str],
+        t: &str,
+    ) -> Option<(String, String)> {
+        let mut v = get(kind, &self.ns, name);
+        for p in path {
+            v = match p.parse::<usize>() {
+                Ok(i) => v[i].clone(),
+                Err(_) => v[*p].clone(),
+            };
+        }
+        let c = v.as_array()?.iter().find(|c| c["type"] == t)?.clone();
+        Some((
+            c["status"].as_str()?.to_string(),
+            c["reason"].as_str()?.to_string(),
+        ))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{k} delete namespace {ns} --wait=false; {k} delete gatewayclass {c} --wait=false",
+                k = std::env::var("GATEHOUSE_CLUSTER_BIN")
+                    .map(|b| format!("{b}/kubectl"))
+                    .unwrap_or_else(|_| "kubectl".into()),
+                ns = self.ns,
+                c = self.class
+            ))
+            .output();
+    }
+}
+
+async fn answer(c: &reqwest::Client, url: &str) -> (u16, String) {
+    match c.get(url).send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let name = if status == 200 {
+                echo_json(r).await["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            } else {
+                String::new()
+            };
+            (status, name)
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+fn tt(s: &str, r: &str) -> Option<(String, String)> {
+    Some((s.into(), r.into()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_objects_become_traffic_and_status() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let mut host = TestHost::new();
+    let a = host.echo(9001, "a").await;
+    let b = host.echo(9002, "b").await;
+    env.base_objects();
+    env.service("svc", &[a]);
+    env.route("r", "/one", "svc");
+    // The data plane's own Service: Gateways report its address, not the one they bind.
+    apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: dataplane, namespace: {}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n",
+        env.ns
+    ));
+    let mut options = env.options("127.0.0.1", None);
+    options.publish_service = Some(gatehouse_translate::ObjectKey::new(
+        env.ns.clone(),
+        "dataplane",
+    ));
+    let running = start(options, kube_client().await).await.unwrap();
+    let c = client_for();
+    let u = |p: &str| env.url("127.0.0.1", p);
+
+    eventually("the route serves", Duration::from_secs(20), || {
+        let (c, u) = (c.clone(), u("/one"));
+        async move { answer(&c, &u).await == (200, "a".into()) }
+    })
+    .await;
+    eventually("status is written", Duration::from_secs(20), || async {
+        env.condition("gateway", "gw", &["status", "conditions"], "Programmed")
+            == tt("True", "Programmed")
+            && env.condition(
+                "httproute",
+                "r",
+                &["status", "parents", "0", "conditions"],
+                "Accepted",
+            ) == tt("True", "Accepted")
+    })
+    .await;
+    let route = get("httproute", &env.ns, "r");
+    assert_eq!(
+        route["status"]["parents"][0]["controllerName"],
+        env.controller.as_str()
+    );
+    let gw = get("gateway", &env.ns, "gw");
+    assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1);
+    let cluster_ip = get("service", &env.ns, "dataplane")["spec"]["clusterIP"].clone();
+    assert!(cluster_ip.as_str().is_some_and(|ip| !ip.is_empty()));
+    assert_eq!(
+        gw["status"]["addresses"][0]["value"], cluster_ip,
+        "status reports the published Service"
+    );
+    let class = serde_json::from_str::<serde_json::Value>(&kubectl(
+        &["get", "gatewayclass", &env.class, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    assert!(
+        class["status"]["supportedFeatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "HTTPRoute")
+    );
+
+    // Time from creating a route to its first 200.
+    let created = Instant::now();
+    env.route("r2", "/two", "svc");
+    eventually("a new route serves", Duration::from_secs(20), || {
+        let (c, u) = (c.clone(), u("/two"));
+        async move { answer(&c, &u).await.0 == 200 }
+    })
+    .await;
+    eprintln!("create HTTPRoute -> first 200: {:?}", created.elapsed());
+
+    // Update: the path moves.
+    env.route("r", "/moved", "svc");
+    eventually("the update applies", Duration::from_secs(20), || {
+        let c = c.clone();
+        let (old, new) = (u("/one"), u("/moved"));
+        async move { answer(&c, &old).await.0 == 404 && answer(&c, &new).await.0 == 200 }
+    })
+    .await;
+
+    // An invalid route gets its conditions; the valid ones keep serving.
+    env.route("broken", "/broken", "no-such-service");
+    eventually(
+        "the invalid route is reported",
+        Duration::from_secs(20),
+        || async {
+            env.condition(
+                "httproute",
+                "broken",
+                &["status", "parents", "0", "conditions"],
+                "ResolvedRefs",
+            ) == tt("False", "BackendNotFound")
+        },
+    )
+    .await;
+    assert_eq!(answer(&c, &u("/broken")).await.0, 500);
+    assert_eq!(answer(&c, &u("/moved")).await, (200, "a".into()));
+
+    // Delete: 404.
+    kubectl(&["delete", "httproute", "-n", &env.ns, "r2"], None);
+    eventually("the deleted route 404s", Duration::from_secs(20), || {
+        let (c, u) = (c.clone(), u("/two"));
+        async move { answer(&c, &u).await.0 == 404 }
+    })
+    .await;
+
+    // The EndpointSlice moves traffic from a to b under load, without a failed request.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed, saw_b) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (stop, sent, failed, saw_b, c, u) = (
+            stop.clone(),
+            sent.clone(),
+            failed.clone(),
+            saw_b.clone(),
+            client_for(),
+            u("/moved"),
+        );
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (status, name) = answer(&c, &u).await;
+                sent.fetch_add(1, Ordering::Relaxed);
+                if status != 200 {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                if name == "b" {
+                    saw_b.store(true, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.service("svc", &[b]);
+    eventually(
+        "traffic moves to the new endpoint",
+        Duration::from_secs(20),
+        || async { saw_b.load(Ordering::Relaxed) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (sent, failed) = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!("endpoint change under load: {sent} requests, {failed} failed");
+    assert_eq!(failed, 0);
+    assert!(sent > 100, "only {sent} requests");
+    running.stop().await;
+}
+
+fn client_for() -> reqwest::Client {
+    client()
+}
+
+async fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let text = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_elect_one_status_writer_and_fail_over() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let mut host = TestHost::new();
+    let a = host.echo(9001, "a").await;
+    env.base_objects();
+    env.service("svc", &[a]);
+    env.route("r", "/", "svc");
+    let lease_name = unique("lease");
+    let lease = |id: &str| LeaseOptions {
+        namespace: env.ns.clone(),
+        name: lease_name.clone(),
+        identity: id.to_string(),
+        lease_duration: Duration::from_secs(3),
+        renew_every: Duration::from_millis(500),
+    };
+    let first = start(
+        env.options("127.0.0.1", Some(lease("first"))),
+        kube_client().await,
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the first replica leads",
+        Duration::from_secs(20),
+        || async { get("lease", &env.ns, &lease_name)["spec"]["holderIdentity"] == "first" },
+    )
+    .await;
+    let second = start(
+        env.options("127.0.0.2", Some(lease("second"))),
+        kube_client().await,
+    )
+    .await
+    .unwrap();
+    let c = client();
+    // Both replicas serve traffic (each on its own address here).
+    for addr in ["127.0.0.1", "127.0.0.2"] {
+        let u = format!("http://{addr}:{}/", env.port);
+        let req = c.get(&u).header("host", HOST);
+        eventually(
+            &format!("replica on {addr} serves"),
+            Duration::from_secs(20),
+            || {
+                let r = req.try_clone().unwrap();
+                async move { matches!(r.send().await, Ok(x) if x.status() == 200) }
+            },
+        )
+        .await;
+    }
+    // Only the leader writes status: touch the route and see who wrote.
+    env.route("r", "/x", "svc");
+    eventually(
+        "the leader writes the new status",
+        Duration::from_secs(20),
+        || async {
+            let r = get("httproute", &env.ns, "r");
+            r["status"]["parents"][0]["conditions"][0]["observedGeneration"]
+                == r["metadata"]["generation"]
+        },
+    )
+    .await;
+    assert!(
+        metric(
+            first.admin_address,
+            "gatehouse_status_writes_total{result=\"patched\"}"
+        )
+        .await
+            > 0.0
+    );
+    assert_eq!(
+        metric(
+            second.admin_address,
+            "gatehouse_status_writes_total{result=\"patched\"}"
+        )
+        .await,
+        0.0,
+        "the follower never writes"
+    );
+
+    // The leader goes away; the other takes over within seconds and writes.
+    let gone = Instant::now();
+    first.stop().await;
+    eventually(
+        "the second replica takes over",
+        Duration::from_secs(10),
+        || async { get("lease", &env.ns, &lease_name)["spec"]["holderIdentity"] == "second" },
+    )
+    .await;
+    eprintln!("leader failover took {:?}", gone.elapsed());
+    env.route("r", "/y", "svc");
+    eventually(
+        "the new leader writes status",
+        Duration::from_secs(20),
+        || async {
+            let r = get("httproute", &env.ns, "r");
+            r["status"]["parents"][0]["conditions"][0]["observedGeneration"]
+                == r["metadata"]["generation"]
+        },
+    )
+    .await;
+    assert!(
+        metric(
+            second.admin_address,
+            "gatehouse_status_writes_total{result=\"patched\"}"
+        )
+        .await
+            > 0.0
+    );
+    let u = format!("http://127.0.0.2:{}/y", env.port);
+    assert_eq!(
+        c.get(&u)
+            .header("host", HOST)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "the survivor keeps serving"
+    );
+    second.stop().await;
+}
