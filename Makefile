@@ -6,7 +6,7 @@ BIN := target/release/gatehouse
 
 help:
 	@echo "make example   build and run the cafe example (gateway on :8080, admin on 127.0.0.1:9901)"
-	@echo "make test      formatting, clippy, and every test (unit, translate tables, end-to-end)"
+	@echo "make test      formatting, clippy, and every test (unit, translate tables, end-to-end, local kube-apiserver)"
 	@echo "make build     release build of the gatehouse binary"
 
 build:
@@ -19,5 +19,34 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: lint
-	$(CARGO) test --workspace --no-fail-fast
+# Lint and every test; starts a local kube-apiserver for the controller tests (scripts/test).
+test:
+	scripts/test
+
+# Local Kubernetes control plane for tests (etcd + kube-apiserver + Gateway API CRDs,
+# built from Go modules, cached). See cluster/README.md. `eval "$(cluster/up)"` sets KUBECONFIG.
+.PHONY: cluster-up cluster-down
+cluster-up:
+	cluster/up
+
+cluster-down:
+	cluster/down
+
+# Data-plane benchmarks against nginx (bench/README.md). BENCH_ARGS passes options, e.g.
+# `make bench-dataplane BENCH_ARGS="--quick"` or `BENCH_ARGS="--rev HEAD --pin both"`.
+.PHONY: bench-dataplane bench-smoke
+bench-dataplane:
+	bench/dataplane/run $(BENCH_ARGS)
+
+# CI smoke test: the benchmark pipeline runs end to end, produces figures and sees no errors.
+# Never a timing assertion. Output goes to a temporary directory, not bench/results.
+bench-smoke:
+	bench/dataplane/run --quick --duration 1 --check --out $${TMPDIR:-/tmp}/gatehouse-bench-smoke $(BENCH_ARGS)
+
+# Helm chart test (deploy/helm/test): lint, render with several value sets, apply to a local
+# kube-apiserver and check RBAC with `kubectl auth can-i`. Builds helm once (cached).
+# `GATEHOUSE_BIN=target/release/gatehouse make helm-test` also runs the controller with the
+# chart's ServiceAccount token and checks that no request is denied.
+.PHONY: helm-test
+helm-test:
+	deploy/helm/test
