@@ -50,3 +50,10 @@ bench-smoke:
 .PHONY: helm-test
 helm-test:
 	deploy/helm/test
+
+# Control-plane benchmark (bench/README.md): seed 001's time to ready on a local kube-apiserver,
+# 1, 100 and 1000 HTTPRoutes, controller CPU and memory. Needs root (a network namespace for the
+# backend). `make bench-controlplane BENCH_ARGS="--quick"` runs N = 1 and 50 in under a minute.
+.PHONY: bench-controlplane
+bench-controlplane:
+	bench/controlplane/run $(BENCH_ARGS)
