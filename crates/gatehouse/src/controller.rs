@@ -110,6 +110,10 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
         publish_service: opts.publish_service.clone(),
     };
     ctx.reconcile(&source).await;
+    state.metrics.api_connected.set(1);
+    if let Some(c) = &state.api_connected {
+        c.store(true, Ordering::Release);
+    }
     state.ready.store(true, Ordering::Release);
     tracing::info!(admin = %admin_address, "gatehouse controller is serving");
 
@@ -129,6 +133,10 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
                 }
                 if let Some(c) = &ctx.state.api_connected {
                     c.store(source.connected(), Ordering::Release);
+                    ctx.state
+                        .metrics
+                        .api_connected
+                        .set(i64::from(source.connected()));
                 }
                 if work {
                     ctx.reconcile(&source).await;

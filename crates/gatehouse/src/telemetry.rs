@@ -38,6 +38,8 @@ pub struct ControlMetrics {
     pub source_errors: Gauge,
     /// Controller mode: status patches by result (patched, conflict, failed).
     pub status_writes: Family<ResultLabel, Counter>,
+    /// Controller mode: 1 while every watch of the Kubernetes API works, 0 during an outage.
+    pub api_connected: Gauge,
 }
 
 impl ControlMetrics {
@@ -51,6 +53,7 @@ impl ControlMetrics {
             reconciles: Family::default(),
             source_errors: Gauge::default(),
             status_writes: Family::default(),
+            api_connected: Gauge::default(),
         };
         registry.register(
             "gatehouse_config_generation",
@@ -76,6 +79,11 @@ impl ControlMetrics {
             "gatehouse_status_writes",
             "Status patches written to the Kubernetes API by this replica, by result",
             m.status_writes.clone(),
+        );
+        registry.register(
+            "gatehouse_kubernetes_api_connected",
+            "Controller mode: 1 while the Kubernetes API answers every watch, 0 while it does not (the last configuration keeps serving)",
+            m.api_connected.clone(),
         );
         m
     }

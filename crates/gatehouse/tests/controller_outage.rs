@@ -123,6 +123,16 @@ async fn traffic_survives_an_api_server_outage() {
         || async move { readyz(admin).await.contains("unreachable") },
     )
     .await;
+    let metrics = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("gatehouse_kubernetes_api_connected 0"),
+        "the outage shows in metrics"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let during = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
 
@@ -163,6 +173,16 @@ async fn traffic_survives_an_api_server_outage() {
         || async move { readyz(admin).await.contains("connected") },
     )
     .await;
+    let metrics = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("gatehouse_kubernetes_api_connected 1"),
+        "and its end"
+    );
     apply(&route("/after"));
     eventually("changes apply again", Duration::from_secs(30), || {
         let c = c.clone();
