@@ -13,7 +13,7 @@ use crate::balancer::{RoundRobin, Weighted};
 use crate::filters::{Filter, HeaderMods, PathModifier, RedirectSpec, RewriteSpec};
 use crate::metrics::RouteMetrics;
 use crate::router::{
-    HeaderMatcher, HostTable, PathMatcher, QueryMatcher, RequestMatcher, ValueMatcher,
+    HeaderMatcher, HostTable, PathMatcher, QueryMatcher, RequestMatcher, RouteTable, ValueMatcher,
 };
 use crate::tls::{self, ClientKey, LoadedCert, TlsCache};
 use crate::upstream::{H2Endpoint, TlsUpstream, Upstreams};
@@ -81,7 +81,8 @@ pub(crate) struct CompiledTlsRoute {
 
 #[derive(Debug)]
 pub(crate) struct CompiledVhost {
-    pub routes: Vec<CompiledRoute>,
+    /// In precedence order, with exact-header indexes over long runs of header matches.
+    pub routes: RouteTable,
 }
 
 #[derive(Debug)]
@@ -445,6 +446,7 @@ impl Compiler<'_> {
                     }
                 })
                 .collect();
+            let routes = RouteTable::new(routes);
             if !vhosts.insert(Some(&vhost.hostname), CompiledVhost { routes }) {
                 warn!(
                     listener = listener.name,
@@ -521,7 +523,7 @@ impl Compiler<'_> {
     }
 }
 
-fn request_matcher(m: &ir::HttpMatch) -> Result<RequestMatcher, String> {
+pub(crate) fn request_matcher(m: &ir::HttpMatch) -> Result<RequestMatcher, String> {
     let path = match &m.path {
         ir::PathMatch::Exact(p) => PathMatcher::Exact(p.as_str().into()),
         ir::PathMatch::Prefix(p) => PathMatcher::Prefix(p.trim_end_matches('/').into()),

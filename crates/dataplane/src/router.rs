@@ -2,6 +2,10 @@
 //! the request and on tables prepared by `compile`: no allocation except the one lazily built
 //! list of query parameters when a query match is actually evaluated.
 
+mod index;
+
+pub(crate) use index::RouteTable;
+
 use crate::compile::{CompiledListener, CompiledRoute, SocketTable};
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
@@ -110,6 +114,7 @@ pub(crate) enum PathMatcher {
 }
 
 impl PathMatcher {
+    #[inline]
     pub(crate) fn matches(&self, path: &str) -> bool {
         match self {
             PathMatcher::Exact(p) => path == &**p,
@@ -119,6 +124,16 @@ impl PathMatcher {
                     && path.starts_with('/')
             }
             PathMatcher::Regex(re) => re.is_match(path),
+        }
+    }
+
+    /// Whether both match exactly the same paths because they are the same matcher.
+    pub(crate) fn same_as(&self, other: &PathMatcher) -> bool {
+        match (self, other) {
+            (PathMatcher::Exact(a), PathMatcher::Exact(b))
+            | (PathMatcher::Prefix(a), PathMatcher::Prefix(b)) => a == b,
+            (PathMatcher::Regex(a), PathMatcher::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
         }
     }
 
@@ -185,30 +200,38 @@ pub(crate) struct RequestView<'r> {
 }
 
 impl RequestMatcher {
+    /// The checks every request pays first; a run of entries that share them is checked once.
+    #[inline(always)]
+    pub(crate) fn method_and_path_match(&self, req: &RequestView<'_>) -> bool {
+        self.method.as_ref().is_none_or(|m| m == req.method) && self.path.matches(req.path)
+    }
+
+    #[inline(always)]
     pub(crate) fn matches(&self, req: &mut RequestView<'_>) -> bool {
-        if let Some(m) = &self.method
-            && m != req.method
-        {
-            return false;
-        }
-        if !self.path.matches(req.path) {
+        if !self.method_and_path_match(req) {
             return false;
         }
         // A repeated header matches when any of its values does: the values of repeated
         // fields are one list (RFC 9110 §5.3), so which copy comes first is an accident of
         // intermediaries, and checking each value avoids joining them into a new string.
-        let headers_ok = self.headers.iter().all(|h| {
-            req.headers
-                .get_all(&h.name)
-                .iter()
-                .any(|v| h.value.matches_bytes(v.as_bytes()))
-        });
-        headers_ok
-            && self.query.iter().all(|q| {
-                req.query
-                    .get(&q.name)
-                    .is_some_and(|raw| q.value.matches_query(raw))
-            })
+        // Plain loops: this runs for every entry a request passes, and `Iterator::all` with
+        // a closure is not always inlined.
+        for h in &self.headers {
+            let mut values = req.headers.get_all(&h.name).iter();
+            if !values.any(|v| h.value.matches_bytes(v.as_bytes())) {
+                return false;
+            }
+        }
+        for q in &self.query {
+            if !req
+                .query
+                .get(&q.name)
+                .is_some_and(|raw| q.value.matches_query(raw))
+            {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -311,7 +334,7 @@ pub(crate) fn route<'t>(
     let Some(vhost) = listener.vhosts.get(host) else {
         return Routed::NoRoute(listener);
     };
-    match vhost.routes.iter().find(|r| r.matcher.matches(req)) {
+    match vhost.routes.find(req) {
         Some(route) => Routed::Matched(listener, route),
         None => Routed::NoRoute(listener),
     }

@@ -447,6 +447,65 @@ async fn routes_and_generated_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_header_matches_take_the_first_in_precedence_order() {
+    // Seed 001: 50 matches on one path that differ only by a header value, then a catch-all.
+    // The data plane indexes them; the answer must still be the first entry that matches.
+    let be = start_backend("a").await;
+    let port = free_port();
+    let tagged = |i: usize| {
+        rule(
+            &format!("m{i}"),
+            vec![to_cluster("a")],
+            vec![HttpFilter::ResponseHeaders(HeaderModifier {
+                set: vec![gatehouse_ir::HeaderValue {
+                    name: "x-entry".into(),
+                    value: i.to_string(),
+                }],
+                ..HeaderModifier::default()
+            })],
+        )
+    };
+    let rules: Vec<HttpRule> = (0..=50).map(tagged).collect();
+    let mut entries: Vec<RouteEntry> = (0..50)
+        .map(|i| RouteEntry {
+            matcher: HttpMatch {
+                headers: vec![HeaderMatch {
+                    name: "X-Match".into(),
+                    value: StringMatch::Exact(format!("value-{i}")),
+                }],
+                ..HttpMatch::default()
+            },
+            rule: i,
+        })
+        .collect();
+    entries.push(prefix("/", 50));
+    let cfg = config(
+        vec![listener(port, None, rules, entries)],
+        vec![http1("a", vec![be])],
+    );
+    let (dp, _registry) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+
+    for (values, entry) in [
+        (&["value-0"][..], "0"),
+        (&["value-49"][..], "49"),
+        (&["value-49", "value-7"][..], "7"),
+        (&["Value-49"][..], "50"),
+        (&["value-50"][..], "50"),
+        (&[][..], "50"),
+    ] {
+        let mut req = Request::get("/x").header("host", "h");
+        for v in values {
+            req = req.header("x-match", *v);
+        }
+        let answer = send(port, req.body(Empty::new()).unwrap()).await;
+        assert_eq!(answer.status, StatusCode::OK, "{values:?}: {}", answer.body);
+        assert_eq!(answer.headers["x-entry"], entry, "{values:?}");
+    }
+    dp.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listener_and_virtual_host_selection() {
     let a = start_backend("a").await;
     let b = start_backend("b").await;
