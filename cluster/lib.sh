@@ -81,7 +81,7 @@ ensure_built() {
   flock 8
   if [[ -f $BUILD_DIR/.complete ]]; then exec 8>&-; return; fi
   start=$(now)
-  log "building kube-apiserver, etcd, kubectl ($KUBE_VERSION) into $BUILD_DIR (first build takes minutes)"
+  log "building kube-apiserver, kube-controller-manager, etcd, kubectl ($KUBE_VERSION) into $BUILD_DIR (first build takes minutes)"
   local tmp=$BUILD_DIR.tmp.$$
   rm -rf "$tmp" && mkdir -p "$tmp/bin" "$tmp/crds"
   (
