@@ -8,6 +8,7 @@ help:
 	@echo "make example   build and run the cafe example (gateway on :8080, admin on 127.0.0.1:9901)"
 	@echo "make test      formatting, clippy, and every test (unit, translate tables, end-to-end, local kube-apiserver)"
 	@echo "make build     release build of the gatehouse binary"
+	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root)"
 
 build:
 	$(CARGO) build --release -p gatehouse
@@ -57,3 +58,12 @@ helm-test:
 .PHONY: bench-controlplane
 bench-controlplane:
 	bench/controlplane/run $(BENCH_ARGS)
+
+# The official Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance v1.7.0) on this
+# machine, no Docker: local control plane with kube-controller-manager, the conformance node agent
+# running the suite's echo-basic backends in network namespaces, `gatehouse controller
+# --local-addresses`. Needs root. Report in conformance/reports/. See conformance/README.md.
+# `make conformance CONFORMANCE_ARGS="--profiles GATEWAY-HTTP,GATEWAY-TLS"` or `--run-test NAME`.
+.PHONY: conformance
+conformance:
+	conformance/run $(CONFORMANCE_ARGS)

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// containerEnv builds the container's environment the way the kubelet does for the
+// sources used by test workloads: literal values with $(VAR) expansion, downward-API
+// fieldRefs, Secret and ConfigMap keys, and envFrom. Anything else is an error, which
+// keeps the container from starting (visible in its status) instead of running it wrong.
+func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container) ([]string, error) {
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + rt.pod.Name}
+	core := rt.agent.client.CoreV1()
+	ns := rt.pod.Namespace
+	for _, from := range c.EnvFrom {
+		var data map[string]string
+		switch {
+		case from.ConfigMapRef != nil:
+			cm, err := core.ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if isOptional(from.ConfigMapRef.Optional) {
+					continue
+				}
+				return nil, fmt.Errorf("envFrom configMap %s: %w", from.ConfigMapRef.Name, err)
+			}
+			data = cm.Data
+		case from.SecretRef != nil:
+			s, err := core.Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if isOptional(from.SecretRef.Optional) {
+					continue
+				}
+				return nil, fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
+			}
+			data = map[string]string{}
+			for k, v := range s.Data {
+				data[k] = string(v)
+			}
+		}
+		for k, v := range data {
+			env = append(env, from.Prefix+k+"="+v)
+		}
+	}
+	for _, e := range c.Env {
+		v, err := rt.envValue(ctx, e, env)
+		if err != nil {
+			return nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env, nil
+}
+
+func isOptional(b *bool) bool { return b != nil && *b }
+
+func (rt *podRuntime) envValue(ctx context.Context, e corev1.EnvVar, env []string) (string, error) {
+	if e.ValueFrom == nil {
+		return expand(e.Value, env), nil
+	}
+	core := rt.agent.client.CoreV1()
+	ns := rt.pod.Namespace
+	switch f := e.ValueFrom; {
+	case f.FieldRef != nil:
+		return rt.fieldValue(f.FieldRef.FieldPath)
+	case f.SecretKeyRef != nil:
+		s, err := core.Secrets(ns).Get(ctx, f.SecretKeyRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(f.SecretKeyRef.Optional) {
+				return "", nil
+			}
+			return "", err
+		}
+		return string(s.Data[f.SecretKeyRef.Key]), nil
+	case f.ConfigMapKeyRef != nil:
+		cm, err := core.ConfigMaps(ns).Get(ctx, f.ConfigMapKeyRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(f.ConfigMapKeyRef.Optional) {
+				return "", nil
+			}
+			return "", err
+		}
+		return cm.Data[f.ConfigMapKeyRef.Key], nil
+	default:
+		return "", fmt.Errorf("this valueFrom source is not supported by gatehouse-node")
+	}
+}
+
+// fieldValue resolves a downward-API field path.
+func (rt *podRuntime) fieldValue(path string) (string, error) {
+	p := rt.pod
+	rt.mu.Lock()
+	addr := rt.addr
+	rt.mu.Unlock()
+	switch path {
+	case "metadata.name":
+		return p.Name, nil
+	case "metadata.namespace":
+		return p.Namespace, nil
+	case "metadata.uid":
+		return string(p.UID), nil
+	case "spec.nodeName":
+		return rt.agent.cfg.nodeName, nil
+	case "spec.serviceAccountName":
+		return p.Spec.ServiceAccountName, nil
+	case "status.hostIP", "status.hostIPs":
+		return rt.agent.network.gateway.String(), nil
+	case "status.podIP", "status.podIPs":
+		if addr == nil {
+			return "", fmt.Errorf("pod has no IP yet")
+		}
+		return addr.String(), nil
+	}
+	for prefix, m := range map[string]map[string]string{"metadata.labels": p.Labels, "metadata.annotations": p.Annotations} {
+		if path == prefix {
+			var lines []string
+			for k, v := range m {
+				lines = append(lines, fmt.Sprintf("%s=%q", k, v))
+			}
+			return strings.Join(lines, "\n"), nil
+		}
+		if strings.HasPrefix(path, prefix+"['") && strings.HasSuffix(path, "']") {
+			return m[path[len(prefix)+2:len(path)-2]], nil
+		}
+	}
+	return "", fmt.Errorf("field path %q is not supported", path)
+}
+
+// expand replaces $(NAME) with earlier variables, leaving unknown references as they
+// are and turning $$ into $, as the kubelet does.
+func expand(s string, env []string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	lookup := func(name string) (string, bool) {
+		for i := len(env) - 1; i >= 0; i-- {
+			if k, v, _ := strings.Cut(env[i], "="); k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '$' && i+1 < len(s) && s[i+1] == '$':
+			b.WriteByte('$')
+			i++
+		case s[i] == '$' && i+1 < len(s) && s[i+1] == '(':
+			end := strings.IndexByte(s[i:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+end]
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+end+1])
+			}
+			i += end
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+func expandAll(args, env []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = expand(a, env)
+	}
+	return out
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+)
+
+// podNetwork is a Linux bridge carrying the node IP (first address of the pod CIDR) with
+// one veth pair per pod; the pod end is eth0 in the pod's network namespace. The host
+// reaches pods directly over the bridge, which is how Gatehouse (on the host) reaches the
+// backends behind EndpointSlices.
+type podNetwork struct {
+	bridge  string
+	cidr    *net.IPNet
+	gateway net.IP
+	prefix  int
+
+	mu   sync.Mutex
+	used map[uint32]bool
+}
+
+func newPodNetwork(bridge, cidr string) (*podNetwork, error) {
+	gw, ipnet, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return nil, fmt.Errorf("--pod-cidr: %w", err)
+	}
+	if gw.To4() == nil {
+		return nil, fmt.Errorf("--pod-cidr: only IPv4 is supported")
+	}
+	prefix, _ := ipnet.Mask.Size()
+	if prefix > 28 {
+		return nil, fmt.Errorf("--pod-cidr %s is too small", cidr)
+	}
+	gw = addIP(ipnet.IP, 1)
+	n := &podNetwork{bridge: bridge, cidr: ipnet, gateway: gw, prefix: prefix, used: map[uint32]bool{}}
+	// A bridge left by an earlier run that died would hold the same address: start clean.
+	_ = ip("link", "del", bridge)
+	if err := ip("link", "add", bridge, "type", "bridge"); err != nil {
+		return nil, err
+	}
+	if err := ip("addr", "add", fmt.Sprintf("%s/%d", gw, prefix), "dev", bridge); err != nil {
+		return nil, err
+	}
+	if err := ip("link", "set", bridge, "up"); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *podNetwork) teardown() {
+	_ = ip("link", "del", n.bridge)
+}
+
+func addIP(base net.IP, off uint32) net.IP {
+	v := binary.BigEndian.Uint32(base.To4()) + off
+	out := make(net.IP, 4)
+	binary.BigEndian.PutUint32(out, v)
+	return out
+}
+
+// allocate returns a free pod address (never the network, node or broadcast address).
+func (n *podNetwork) allocate() (net.IP, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	size := uint32(1) << (32 - n.prefix)
+	for off := uint32(2); off < size-1; off++ {
+		if !n.used[off] {
+			n.used[off] = true
+			return addIP(n.cidr.IP, off), nil
+		}
+	}
+	return nil, fmt.Errorf("pod network %s is full", n.cidr)
+}
+
+func (n *podNetwork) release(addr net.IP) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.used, binary.BigEndian.Uint32(addr.To4())-binary.BigEndian.Uint32(n.cidr.IP.To4()))
+}
+
+// names derives the namespace and host-side veth names from the pod UID; interface
+// names are limited to 15 bytes.
+func podNetNames(uid string) (netns, hostVeth string) {
+	sum := sha256.Sum256([]byte(uid))
+	h := hex.EncodeToString(sum[:])[:10]
+	return "ghpod-" + h, "ghv" + h
+}
+
+func (n *podNetwork) attach(uid string, addr net.IP) (string, error) {
+	netns, veth := podNetNames(uid)
+	_ = ip("netns", "del", netns)
+	steps := [][]string{
+		{"netns", "add", netns},
+		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns},
+		{"link", "set", veth, "master", n.bridge, "up"},
+		{"-n", netns, "addr", "add", fmt.Sprintf("%s/%d", addr, n.prefix), "dev", "eth0"},
+		{"-n", netns, "link", "set", "eth0", "up"},
+		{"-n", netns, "link", "set", "lo", "up"},
+		{"-n", netns, "route", "add", "default", "via", n.gateway.String()},
+	}
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			n.detach(uid)
+			return "", err
+		}
+	}
+	return netns, nil
+}
+
+func (n *podNetwork) detach(uid string) {
+	netns, veth := podNetNames(uid)
+	_ = ip("link", "del", veth)
+	_ = ip("netns", "del", netns)
+}
+
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
