@@ -91,17 +91,13 @@ pub fn attach(
                     && l.allows_namespace(&gw_ns, &route_ns, namespace_labels)
             })
             .collect();
-        let mut listeners = Vec::new();
-        for &li in &allowed {
-            let listener = &mut gw.listeners[li];
-            // attachedRoutes depends only on allowedRoutes and parentRefs, not on hostnames.
-            if counted.insert((gi, li)) {
-                listener.attached_routes += 1;
-            }
-            if let Some(hosts) = hostname::intersect(listener.hostname.as_deref(), hostnames) {
-                listeners.push((li, hosts));
-            }
-        }
+        let mut listeners: Vec<(usize, Vec<String>)> = allowed
+            .iter()
+            .filter_map(|&li| {
+                hostname::intersect(gw.listeners[li].hostname.as_deref(), hostnames)
+                    .map(|hosts| (li, hosts))
+            })
+            .collect();
         let accepted = if candidates.is_empty() {
             condition(
                 ACCEPTED,
@@ -138,6 +134,15 @@ pub fn attach(
         } else {
             condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
         };
+        // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
+        // listener's own conditions (a listener with a bad certificate still counts them).
+        if accepted.status == "True" {
+            for &(li, _) in &listeners {
+                if counted.insert((gi, li)) {
+                    gw.listeners[li].attached_routes += 1;
+                }
+            }
+        }
         out.push(ParentOutcome {
             parent: pref.clone(),
             gateway: gi,

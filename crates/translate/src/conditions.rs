@@ -36,13 +36,42 @@ pub fn stamp(new: &mut [Condition], previous: &[Condition], now: Timestamp) {
     }
 }
 
+/// The condition types Gatehouse sets on GatewayClasses, Gateways and listeners. Any other type
+/// found there belongs to someone else and is kept as it is.
+const OWN_TYPES: [&str; 6] = [
+    names::ACCEPTED,
+    names::INSECURE_FRONTEND_VALIDATION_MODE,
+    names::PROGRAMMED,
+    names::RESOLVED_REFS,
+    names::CONFLICTED,
+    names::PARTIALLY_INVALID,
+];
+
+/// Append the conditions of `previous` whose type is not ours, unchanged: status is shared,
+/// and another controller's condition must survive our writes.
+fn keep_foreign(new: &mut Vec<Condition>, previous: &[Condition]) {
+    for p in previous {
+        if !OWN_TYPES.contains(&p.type_.as_str()) && !new.iter().any(|c| c.type_ == p.type_) {
+            new.push(p.clone());
+        }
+    }
+}
+
 /// Give each condition of `status` its lastTransitionTime: kept from `previous` while the
-/// condition's status is unchanged, else `now`. Publishers call this; translate itself never
-/// reads the clock.
+/// condition's status is unchanged, else `now`; on GatewayClasses, Gateways and listeners,
+/// conditions of types Gatehouse does not set are carried over from `previous`. Publishers
+/// call this; translate itself never reads the clock.
 pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
     fn each(new: Option<&mut Vec<Condition>>, old: Option<&Vec<Condition>>, now: Timestamp) {
         if let Some(new) = new {
             stamp(new, old.map(Vec::as_slice).unwrap_or_default(), now);
+        }
+    }
+    fn shared(new: Option<&mut Vec<Condition>>, old: Option<&Vec<Condition>>, now: Timestamp) {
+        if let Some(new) = new {
+            let old = old.map(Vec::as_slice).unwrap_or_default();
+            stamp(new, old, now);
+            keep_foreign(new, old);
         }
     }
     for (name, s) in &mut status.gateway_classes {
@@ -50,11 +79,11 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             .gateway_classes
             .get(name)
             .and_then(|p| p.conditions.as_ref());
-        each(s.conditions.as_mut(), old, now);
+        shared(s.conditions.as_mut(), old, now);
     }
     for (key, s) in &mut status.gateways {
         let old = previous.gateways.get(key);
-        each(
+        shared(
             s.conditions.as_mut(),
             old.and_then(|p| p.conditions.as_ref()),
             now,
@@ -63,7 +92,7 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             let old_l = old
                 .and_then(|p| p.listeners.as_ref())
                 .and_then(|ls| ls.iter().find(|o| o.name == l.name));
-            each(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
+            shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
         }
     }
     for (key, s) in &mut status.http_routes {
@@ -124,4 +153,63 @@ pub mod names {
     pub const INVALID_CLIENT_CERTIFICATE_REF: &str = "InvalidClientCertificateRef";
     pub const CONFLICTED_POLICY: &str = "Conflicted";
     pub const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
+    pub const INSECURE_FRONTEND_VALIDATION_MODE: &str = "InsecureFrontendValidationMode";
+    pub const CONFIGURATION_CHANGED: &str = "ConfigurationChanged";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(c: &[Condition], type_: &str) -> Option<Condition> {
+        c.iter().find(|c| c.type_ == type_).cloned()
+    }
+
+    #[test]
+    fn foreign_conditions_survive_and_stale_own_ones_go() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let mut foreign = condition(
+            "example.com/Audited",
+            true,
+            "Seen",
+            "by someone else",
+            Some(1),
+        );
+        foreign.last_transition_time = Time(t0);
+        let mut stale_conflict =
+            condition(names::CONFLICTED, true, "HostnameConflict", "", Some(1));
+        stale_conflict.last_transition_time = Time(t0);
+        let mut accepted = condition(names::ACCEPTED, true, names::ACCEPTED, "", Some(1));
+        accepted.last_transition_time = Time(t0);
+        let previous = vec![accepted, foreign.clone(), stale_conflict];
+
+        // Our new conditions: Accepted unchanged, Programmed new, Conflicted no longer set.
+        let mut new = vec![
+            condition(names::ACCEPTED, true, names::ACCEPTED, "", Some(2)),
+            condition(names::PROGRAMMED, true, names::PROGRAMMED, "", Some(2)),
+        ];
+        stamp(&mut new, &previous, t1);
+        keep_foreign(&mut new, &previous);
+
+        assert_eq!(
+            at(&new, names::ACCEPTED).unwrap().last_transition_time,
+            Time(t0)
+        );
+        assert_eq!(
+            at(&new, names::PROGRAMMED).unwrap().last_transition_time,
+            Time(t1)
+        );
+        assert_eq!(
+            at(&new, "example.com/Audited"),
+            Some(foreign),
+            "kept byte for byte"
+        );
+        assert_eq!(
+            at(&new, names::CONFLICTED),
+            None,
+            "our own stale type is not carried"
+        );
+        assert_eq!(new.len(), 3);
+    }
 }

@@ -308,7 +308,8 @@ fn route_attachment_reasons() {
         );
     }
 
-    // Hostnames that do not intersect: not accepted, but the route still counts as attached.
+    // Hostnames that do not intersect: not accepted, so not counted in attachedRoutes (v1.7.0:
+    // only Accepted routes count).
     let yaml = format!(
         "{}{}{}",
         gateway(listeners),
@@ -332,7 +333,7 @@ fn route_attachment_reasons() {
         .iter()
         .find(|l| l.name == "host")
         .unwrap();
-    assert_eq!(host.attached_routes, 1);
+    assert_eq!(host.attached_routes, 0);
 
     // A port in the parentRef narrows the listeners.
     let yaml = format!(
