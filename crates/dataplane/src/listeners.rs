@@ -181,7 +181,7 @@ async fn serve_tls(
     let Some(listener) = table.hosts.get(&sni).map(|&i| &table.listeners[i]) else {
         debug!(%peer, sni = &*sni, "no listener for this server name");
         metrics.tls_failure(FailureReason::NoCertificate);
-        tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+        tls::refuse_name(&mut stream).await;
         return;
     };
     let (config, http) = match &listener.mode {
@@ -199,7 +199,7 @@ async fn serve_tls(
             drop(table);
             match picked {
                 Ok(target) => {
-                    if stream::forward(&mut stream, &seen, target, &shared)
+                    if stream::forward(&mut stream, &seen, target, false, &shared)
                         .await
                         .is_err()
                     {
@@ -209,7 +209,7 @@ async fn serve_tls(
                 Err(why) => {
                     debug!(%peer, sni = &*sni, why, "TLS passthrough refused");
                     metrics.tls_failure(FailureReason::NoRoute);
-                    tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+                    tls::refuse_name(&mut stream).await;
                 }
             }
             return;
@@ -223,7 +223,7 @@ async fn serve_tls(
         (false, Err(why)) => {
             debug!(%peer, sni = &*sni, why, "TLS connection refused");
             metrics.tls_failure(FailureReason::NoRoute);
-            tls::send_alert(&mut stream, tls::ALERT_UNRECOGNIZED_NAME).await;
+            tls::refuse_name(&mut stream).await;
             return;
         }
     };
@@ -251,7 +251,7 @@ async fn serve_tls(
     match tcp_backend {
         None => serve_http(tls_stream, peer, socket, drain, Some(sni), active).await,
         Some(target) => {
-            let _ = stream::forward(&mut tls_stream, &[], target, &shared).await;
+            let _ = stream::forward(&mut tls_stream, &[], target, true, &shared).await;
             let _ = tls_stream.shutdown().await;
         }
     }

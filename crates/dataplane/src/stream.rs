@@ -1,8 +1,10 @@
 //! TCP forwarding for TLSRoute: passthrough (the buffered ClientHello replayed, then bytes both
-//! ways, untouched) and terminate (the decrypted stream).
+//! ways, untouched) and terminate (the decrypted stream, re-encrypted when a BackendTLSPolicy
+//! secures the backend).
 
 use crate::Shared;
 use crate::compile::{ClusterState, CompiledListener, Target};
+use crate::upstream::TlsUpstream;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -14,6 +16,7 @@ pub(crate) struct TcpTarget {
     route: Arc<str>,
     cluster: Arc<ClusterState>,
     addr: SocketAddr,
+    tls: Option<Arc<TlsUpstream>>,
 }
 
 /// Route, backend and endpoint for `sni` (empty: no SNI), picked up front so that the tunnel
@@ -32,15 +35,19 @@ pub(crate) fn pick(listener: &CompiledListener, sni: &str) -> Result<TcpTarget, 
         route: route.route.clone(),
         cluster: cluster.clone(),
         addr: endpoint.addr,
+        tls: endpoint.tls.clone(),
     })
 }
 
 /// Connects to the target, sends `first`, then copies both ways until either side closes (or
-/// the shutdown grace is over). `Err` only when the backend could not be reached.
+/// the shutdown grace is over). With `reencrypt` (a terminated TLSRoute) a backend under a
+/// BackendTLSPolicy is spoken to over TLS; passthrough bytes are TLS already and go as they are.
+/// `Err` only when the backend could not be reached.
 pub(crate) async fn forward<S>(
     client: &mut S,
     first: &[u8],
     target: TcpTarget,
+    reencrypt: bool,
     shared: &Shared,
 ) -> Result<(), ()>
 where
@@ -50,29 +57,56 @@ where
         route,
         cluster,
         addr,
+        tls,
     } = target;
-    let connect = tokio::time::timeout(shared.connect_timeout, TcpStream::connect(addr)).await;
-    let mut upstream = match connect {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
-            cluster.connect_failures.inc();
-            debug!(route = &*route, cluster = &*cluster.name, endpoint = %addr, %error, "TLSRoute backend connect failed");
-            return Err(());
-        }
-        Err(_) => {
-            cluster.connect_failures.inc();
-            debug!(route = &*route, cluster = &*cluster.name, endpoint = %addr, "TLSRoute backend connect timed out");
-            return Err(());
-        }
+    if reencrypt && cluster.tls_broken {
+        debug!(
+            route = &*route,
+            cluster = &*cluster.name,
+            "backend TLS settings do not load; refused"
+        );
+        return Err(());
+    }
+    let failed = |what: &dyn std::fmt::Display| {
+        cluster.connect_failures.inc();
+        debug!(route = &*route, cluster = &*cluster.name, endpoint = %addr, "TLSRoute backend: {what}");
+        Err(())
     };
-    let _ = upstream.set_nodelay(true);
+    let tcp = match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return failed(&format_args!("connect failed: {error}")),
+        Err(_) => return failed(&"connect timed out"),
+    };
+    let _ = tcp.set_nodelay(true);
+    match tls.filter(|_| reencrypt) {
+        None => pipe(client, tcp, first, &route, &cluster, shared).await,
+        Some(tls) => match tokio::time::timeout(shared.connect_timeout, tls.connect(tcp)).await {
+            Ok(Ok(upstream)) => pipe(client, upstream, first, &route, &cluster, shared).await,
+            Ok(Err(error)) => failed(&format_args!("TLS handshake failed: {error}")),
+            Err(_) => failed(&"TLS handshake timed out"),
+        },
+    }
+}
+
+async fn pipe<S, U>(
+    client: &mut S,
+    mut upstream: U,
+    first: &[u8],
+    route: &str,
+    cluster: &ClusterState,
+    shared: &Shared,
+) -> Result<(), ()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     if !first.is_empty() && upstream.write_all(first).await.is_err() {
         return Ok(());
     }
     tokio::select! {
         result = tokio::io::copy_bidirectional(client, &mut upstream) => {
             if let Err(error) = result {
-                debug!(route = &*route, cluster = &*cluster.name, %error, "TLSRoute connection ended with an error");
+                debug!(route, cluster = &*cluster.name, %error, "TLSRoute connection ended with an error");
             }
         }
         () = shared.kill.cancelled() => {}

@@ -8,6 +8,7 @@
 
 use crate::Metrics;
 use gatehouse_ir as ir;
+use rustls::DistinguishedName;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{
     ResolvesClientCert, WebPkiServerVerifier, verify_server_cert_signed_by_trust_anchor,
@@ -16,6 +17,7 @@ use rustls::client::{
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{
     Accepted, Acceptor, ClientHello, ParsedCertificate, ResolvesServerCert, WebPkiClientVerifier,
 };
@@ -267,16 +269,14 @@ fn build_server_config(
         None => builder.with_no_client_auth(),
         Some(validation) => {
             let roots = Arc::new(root_store(&validation.ca_pem)?);
-            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            if validation.allow_insecure_fallback {
-                // A client without a certificate is served; one that presents an invalid
-                // certificate is still refused (rustls verifies whatever is presented).
-                verifier = verifier.allow_unauthenticated();
-            }
-            let verifier = verifier
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| format!("client CA bundle: {e}"))?;
-            builder.with_client_cert_verifier(verifier)
+            if validation.allow_insecure_fallback {
+                builder.with_client_cert_verifier(Arc::new(InsecureFallback(verifier)))
+            } else {
+                builder.with_client_cert_verifier(verifier)
+            }
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(ListenerCerts(keys.into())));
@@ -284,6 +284,61 @@ fn build_server_config(
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     }
     Ok(config)
+}
+
+/// Client validation in mode AllowInsecureFallback: a certificate is asked for and checked, but
+/// a client without one, or with one that does not verify, is served all the same (the Gateway
+/// says so in its InsecureFrontendValidationMode condition). The handshake signature is still
+/// checked against whatever certificate was presented: a client cannot claim a key it lacks.
+#[derive(Debug)]
+struct InsecureFallback(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for InsecureFallback {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        if let Err(error) = self.0.verify_client_cert(end_entity, intermediates, now) {
+            tracing::debug!(%error, "client certificate does not verify; served (insecure fallback)");
+        }
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// A listener's certificates: the first whose key can sign with one of the client's offered
@@ -631,12 +686,18 @@ fn offers_below_tls12(record: &[u8]) -> bool {
 /// TLS alert descriptions we send ourselves when refusing after the ClientHello.
 pub(crate) const ALERT_HANDSHAKE_FAILURE: u8 = 40;
 pub(crate) const ALERT_PROTOCOL_VERSION: u8 = 70;
-pub(crate) const ALERT_UNRECOGNIZED_NAME: u8 = 112;
 
 /// A fatal alert record in the clear, as sent before any ServerHello.
 pub(crate) async fn send_alert<S: AsyncWrite + Unpin>(stream: &mut S, description: u8) {
     let record = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, description];
     let _ = stream.write_all(&record).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Refuse a server name nothing here serves (no listener, no TLSRoute, no backend): close the
+/// connection without an alert, as a passthrough proxy that cannot speak TLS would, and as the
+/// conformance suite expects (EOF or reset, not an `unrecognized_name` alert).
+pub(crate) async fn refuse_name<S: AsyncWrite + Unpin>(stream: &mut S) {
     let _ = stream.shutdown().await;
 }
 

@@ -170,6 +170,15 @@ impl std::fmt::Debug for TlsUpstream {
 }
 
 impl TlsUpstream {
+    /// TLS to the backend over `tcp`, verified as for HTTP requests (TLSRoute terminate
+    /// re-encrypting to a backend under a BackendTLSPolicy).
+    pub(crate) async fn connect(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        self.connector.connect(self.server_name.clone(), tcp).await
+    }
+
     fn new(
         config: ClientConfig,
         server_name: ServerName<'static>,

@@ -49,10 +49,11 @@ pub struct Backends<'a> {
 /// A BackendTLSPolicy's effect: the clusters it secures, or why it could not.
 #[derive(Clone, Debug, Default)]
 pub struct PolicyOutcome {
+    /// Clusters whose TLS this policy decides.
     pub clusters: Vec<String>,
     pub problem: Option<(&'static str, String)>,
-    /// Another, older policy targets the same Service port.
-    pub conflicted: bool,
+    /// Clusters where another, older policy targets the same Service port and wins.
+    pub conflicted: Vec<String>,
 }
 
 impl<'a> Backends<'a> {
@@ -161,6 +162,8 @@ impl<'a> Backends<'a> {
             None | Some("http") | Some("HTTP") | Some("kubernetes.io/http") => {
                 ir::UpstreamProtocol::Http1
             }
+            // HTTP/1.1 over TLS: the TLS itself comes from a BackendTLSPolicy (checked below).
+            Some("https") | Some("HTTPS") => ir::UpstreamProtocol::Http1,
             Some("kubernetes.io/h2c") => ir::UpstreamProtocol::H2c,
             Some("kubernetes.io/ws") => ir::UpstreamProtocol::WebSocket,
             Some(other) => {
@@ -176,6 +179,21 @@ impl<'a> Backends<'a> {
         let name = format!("{key}:{port}");
         if !self.clusters.contains_key(&name) {
             let tls = self.backend_tls(&key, service_port, &name)?;
+            if tls.is_none()
+                && matches!(
+                    service_port.app_protocol.as_deref(),
+                    Some("https" | "HTTPS")
+                )
+            {
+                return Err(RefProblem {
+                    reason: UNSUPPORTED_PROTOCOL,
+                    message: format!(
+                        "Service {key} port {port} speaks HTTPS (appProtocol) but no \
+                         BackendTLSPolicy targets it, so Gatehouse cannot verify the backend"
+                    ),
+                    policy_cluster: None,
+                });
+            }
             let endpoints = self.endpoints(&key, service_port);
             self.clusters.insert(
                 name.clone(),
@@ -268,7 +286,7 @@ impl<'a> Backends<'a> {
                 .policy_outcomes
                 .entry(ObjectKey::of(&loser.metadata))
                 .or_default();
-            o.conflicted = true;
+            o.conflicted.push(cluster.to_string());
         }
         let key = ObjectKey::of(&policy.metadata);
         let v = &policy.spec.validation;

@@ -1,7 +1,7 @@
 //! GatewayClasses and Gateways: which are ours, their addresses, and every listener's conditions.
 
 use crate::conditions::{condition, names::*};
-use crate::listener_tls::{self, Problem};
+use crate::listener_tls::{self, Problem, TlsProblem};
 use crate::objects::{ObjectKey, age_key, selector_matches};
 use crate::refs::Refs;
 use crate::{Options, SUPPORTED_FEATURES};
@@ -103,7 +103,7 @@ struct ListenerConditions {
     unsupported_protocol: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
-    tls_problem: Option<Problem>,
+    tls_problem: Option<TlsProblem>,
 }
 
 impl ListenerCtx {
@@ -218,7 +218,12 @@ fn gateway<'a>(
             certificates,
         )
         .map(Some)
-        .map_err(|(_, message)| (INVALID_CLIENT_CERTIFICATE_REF, message)),
+        .map_err(|(reason, message)| match reason {
+            // A missing ReferenceGrant keeps its own reason; everything else about the Secret
+            // is an invalid client certificate reference.
+            REF_NOT_PERMITTED => (REF_NOT_PERMITTED, message),
+            _ => (INVALID_CLIENT_CERTIFICATE_REF, message),
+        }),
     };
     GatewayCtx {
         key,
@@ -443,6 +448,16 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
         }
     };
     let mut conditions = vec![accepted, programmed_cond];
+    if listener_tls::uses_insecure_fallback(gw.object) {
+        conditions.push(condition(
+            INSECURE_FRONTEND_VALIDATION_MODE,
+            true,
+            CONFIGURATION_CHANGED,
+            "client certificate validation allows clients without a valid certificate \
+             (AllowInsecureFallback)",
+            generation,
+        ));
+    }
     if gw
         .object
         .spec
@@ -491,6 +506,18 @@ fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusLis
             why.clone(),
             generation,
         )
+    } else if let Some(TlsProblem {
+        no_valid_ca: true,
+        problem: (_, message),
+    }) = &c.tls_problem
+    {
+        condition(
+            ACCEPTED,
+            false,
+            NO_VALID_CA_CERTIFICATE,
+            format!("client certificate validation has no usable CA certificate: {message}"),
+            generation,
+        )
     } else {
         condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
     };
@@ -507,7 +534,11 @@ fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusLis
         ),
         None => condition(CONFLICTED, false, NO_CONFLICTS, "No conflicts", generation),
     };
-    let resolved = if let Some((reason, message)) = &c.tls_problem {
+    let resolved = if let Some(TlsProblem {
+        problem: (reason, message),
+        ..
+    }) = &c.tls_problem
+    {
         condition(RESOLVED_REFS, false, reason, message.clone(), generation)
     } else if c.invalid_kinds.is_empty() {
         condition(RESOLVED_REFS, true, RESOLVED_REFS, "Resolved", generation)

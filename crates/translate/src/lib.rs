@@ -38,20 +38,44 @@ use std::net::{IpAddr, Ipv4Addr};
 /// The controllerName Gatehouse answers to.
 pub const CONTROLLER_NAME: &str = "gatehouse.dev/gateway-controller";
 
-/// Features listed in GatewayClass status.supportedFeatures: only what is implemented and
-/// tested end to end.
+/// Features listed in GatewayClass status.supportedFeatures: only what passes the official
+/// conformance suite here (`make conformance`; conformance/reports/). The suite reads this list
+/// to decide what to test, so a feature that is listed but broken fails the run.
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "Gateway",
+    "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
+    "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayPort8080",
     "HTTPRoute",
-    "ReferenceGrant",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
     "HTTPRoutePathRedirect",
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+    "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 #[derive(Clone, Debug)]
@@ -341,19 +365,35 @@ fn policy_status(
         let ancestors: std::collections::BTreeSet<&ObjectKey> = o
             .clusters
             .iter()
+            .chain(&o.conflicted)
             .filter_map(|c| cluster_users.get(c))
             .flatten()
             .collect();
-        let accepted = if o.conflicted && o.clusters.is_empty() {
-            condition(
+        let accepted = match &o.problem {
+            _ if o.clusters.is_empty() && !o.conflicted.is_empty() => condition(
                 ACCEPTED,
                 false,
                 CONFLICTED_POLICY,
                 "an older BackendTLSPolicy targets the same Service port",
                 generation,
-            )
-        } else {
-            condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
+            ),
+            // Every CA reference is unusable: the policy cannot validate anything, and the
+            // backends it targets are not sent traffic (fail closed).
+            Some((reason, message))
+                if matches!(
+                    *reason,
+                    INVALID_KIND | INVALID_CA_CERTIFICATE_REF | NO_VALID_CA_CERTIFICATE
+                ) =>
+            {
+                condition(
+                    ACCEPTED,
+                    false,
+                    NO_VALID_CA_CERTIFICATE,
+                    message.clone(),
+                    generation,
+                )
+            }
+            _ => condition(ACCEPTED, true, ACCEPTED, "Accepted", generation),
         };
         let resolved = match &o.problem {
             Some((reason, message)) => {

@@ -13,6 +13,25 @@ use std::collections::BTreeMap;
 /// Why a TLS reference cannot be used: (ResolvedRefs reason, message).
 pub type Problem = (&'static str, String);
 
+/// Why a listener's TLS cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsProblem {
+    /// The ResolvedRefs=False reason and message.
+    pub problem: Problem,
+    /// Client validation is configured and none of its CA certificates is usable: the listener
+    /// is not Accepted either (reason NoValidCACertificate), since it cannot check anyone.
+    pub no_valid_ca: bool,
+}
+
+impl std::convert::From<Problem> for TlsProblem {
+    fn from(problem: Problem) -> Self {
+        TlsProblem {
+            problem,
+            no_valid_ca: false,
+        }
+    }
+}
+
 /// Resolve one `kubernetes.io/tls` Secret reference from a Gateway, registering the
 /// certificate under `namespace/name`.
 pub fn secret_ref(
@@ -70,7 +89,7 @@ pub fn listener_tls(
     l: &GatewayListeners,
     refs: &Refs,
     certificates: &mut BTreeMap<String, ir::Certificate>,
-) -> Result<Option<ir::ListenerTls>, Problem> {
+) -> Result<Option<ir::ListenerTls>, TlsProblem> {
     if !matches!(l.protocol.as_str(), "HTTPS" | "TLS") {
         return Ok(None);
     }
@@ -94,7 +113,8 @@ pub fn listener_tls(
         return Err((
             INVALID_CERTIFICATE_REF,
             "a listener that terminates TLS needs certificateRefs".into(),
-        ));
+        )
+            .into());
     }
     let mut names = Vec::new();
     for r in cert_refs {
@@ -116,6 +136,32 @@ pub fn listener_tls(
     }))
 }
 
+/// Whether any of the Gateway's client certificate validations lets clients without a valid
+/// certificate through (mode AllowInsecureFallback): the Gateway says so in a condition.
+pub fn uses_insecure_fallback(gw: &Gateway) -> bool {
+    let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
+        return false;
+    };
+    let insecure = |v: Option<serde_json::Value>| {
+        v.and_then(|v| v.get("mode").and_then(|m| m.as_str()).map(str::to_owned))
+            .is_some_and(|m| m == "AllowInsecureFallback")
+    };
+    let default = frontend
+        .default
+        .validation
+        .as_ref()
+        .and_then(|v| serde_json::to_value(v).ok());
+    insecure(default)
+        || frontend.per_port.iter().flatten().any(|p| {
+            insecure(
+                p.tls
+                    .validation
+                    .as_ref()
+                    .and_then(|v| serde_json::to_value(v).ok()),
+            )
+        })
+}
+
 /// Client certificate validation for `port`: the per-port entry if there is one, else the
 /// default.
 fn frontend_validation(
@@ -123,7 +169,7 @@ fn frontend_validation(
     gw_ns: &str,
     port: i32,
     refs: &Refs,
-) -> Result<Option<ir::ClientValidation>, Problem> {
+) -> Result<Option<ir::ClientValidation>, TlsProblem> {
     let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
         return Ok(None);
     };
@@ -142,6 +188,7 @@ fn frontend_validation(
     };
     let insecure = v.get("mode").and_then(|m| m.as_str()) == Some("AllowInsecureFallback");
     let mut bundle = String::new();
+    let mut first_problem: Option<Problem> = None;
     for r in v
         .get("caCertificateRefs")
         .and_then(|r| r.as_array())
@@ -155,50 +202,78 @@ fn frontend_validation(
                 .to_string()
         };
         let (group, kind, name) = (s("group"), s("kind"), s("name"));
-        if !group.is_empty() || kind != "ConfigMap" {
-            return Err((
-                INVALID_CA_CERTIFICATE_KIND,
-                format!("caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap"),
-            ));
-        }
-        let ns = r
-            .get("namespace")
-            .and_then(|x| x.as_str())
-            .unwrap_or(gw_ns)
-            .to_string();
-        let from = From {
-            group: GATEWAY_GROUP,
-            kind: "Gateway",
-            namespace: gw_ns,
-        };
-        if !refs.permitted(from, "", "ConfigMap", &ns, &name) {
-            return Err((
-                REF_NOT_PERMITTED,
-                format!(
-                    "no ReferenceGrant in namespace {ns} allows Gateways from {gw_ns} to use ConfigMap {name}"
-                ),
-            ));
-        }
-        let key = ObjectKey::new(ns, name);
-        let cm = refs.config_maps.get(&key).ok_or((
-            INVALID_CA_CERTIFICATE_REF,
-            format!("ConfigMap {key} not found"),
-        ))?;
-        let pem = certificates::ca_bundle(cm)
-            .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?;
-        bundle.push_str(&pem);
-        if !bundle.ends_with('\n') {
-            bundle.push('\n');
+        match ca_ref(gw_ns, &group, &kind, &name, r.get("namespace"), refs) {
+            Ok(pem) => {
+                bundle.push_str(&pem);
+                if !bundle.ends_with('\n') {
+                    bundle.push('\n');
+                }
+            }
+            Err(problem) => {
+                first_problem.get_or_insert(problem);
+            }
         }
     }
+    if let Some(problem) = first_problem {
+        // Fail closed: a listener told to check clients against CAs it cannot all load
+        // serves nobody rather than checking against fewer CAs than configured.
+        return Err(TlsProblem {
+            problem,
+            no_valid_ca: bundle.is_empty(),
+        });
+    }
     if bundle.is_empty() {
-        return Err((
-            INVALID_CA_CERTIFICATE_REF,
-            "client validation needs at least one caCertificateRef".into(),
-        ));
+        return Err(TlsProblem {
+            problem: (
+                INVALID_CA_CERTIFICATE_REF,
+                "client validation needs at least one caCertificateRef".into(),
+            ),
+            no_valid_ca: true,
+        });
     }
     Ok(Some(ir::ClientValidation {
         ca_pem: bundle,
         allow_insecure_fallback: insecure,
     }))
+}
+
+/// One CA certificate reference of client validation: the PEM bundle of its ConfigMap.
+fn ca_ref(
+    gw_ns: &str,
+    group: &str,
+    kind: &str,
+    name: &str,
+    namespace: Option<&serde_json::Value>,
+    refs: &Refs,
+) -> Result<String, Problem> {
+    if !group.is_empty() || kind != "ConfigMap" {
+        return Err((
+            INVALID_CA_CERTIFICATE_KIND,
+            format!("caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap"),
+        ));
+    }
+    let ns = namespace
+        .and_then(|x| x.as_str())
+        .unwrap_or(gw_ns)
+        .to_string();
+    let from = From {
+        group: GATEWAY_GROUP,
+        kind: "Gateway",
+        namespace: gw_ns,
+    };
+    if !refs.permitted(from, "", "ConfigMap", &ns, name) {
+        return Err((
+            REF_NOT_PERMITTED,
+            format!(
+                "no ReferenceGrant in namespace {ns} allows Gateways from {gw_ns} to use ConfigMap {name}"
+            ),
+        ));
+    }
+    let key = ObjectKey::new(ns, name.to_string());
+    let cm = refs.config_maps.get(&key).ok_or((
+        INVALID_CA_CERTIFICATE_REF,
+        format!("ConfigMap {key} not found"),
+    ))?;
+    certificates::ca_bundle(cm)
+        .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))
 }

@@ -101,6 +101,15 @@ fn listener_cond(out: &Output, listener: &str, t: &str) -> (String, String) {
     (c.status.clone(), c.reason.clone())
 }
 
+fn gateway_cond(out: &Output, t: &str) -> Option<(String, String)> {
+    let st = &out.status.gateways[&ObjectKey::new("default", "gw")];
+    st.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == t)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
 fn tt(s: &str, r: &str) -> (String, String) {
     (s.into(), r.into())
 }
@@ -319,6 +328,7 @@ fn frontend_client_validation() {
             &listeners
         )
     ));
+    assert_eq!(gateway_cond(&out, "InsecureFrontendValidationMode"), None);
     for l in &out.config.gateways[0].listeners {
         let v = l.tls.as_ref().unwrap().client_validation.as_ref().unwrap();
         assert!(v.ca_pem.contains("BEGIN CERTIFICATE"));
@@ -347,6 +357,10 @@ fn frontend_client_validation() {
         })
         .collect();
     assert_eq!(fallback, [false, true]);
+    assert_eq!(
+        gateway_cond(&out, "InsecureFrontendValidationMode"),
+        Some(tt("True", "ConfigurationChanged"))
+    );
     // Bad references keep the listener from being served rather than serving it unvalidated.
     for (r, want) in [
         (
@@ -361,7 +375,30 @@ fn frontend_client_validation() {
         let out = run(&format!("{}{base}", gateway(&frontend(r, ""), &listeners)));
         assert_eq!(listener_cond(&out, "a", "ResolvedRefs"), want, "{r}");
         assert_eq!(listener_cond(&out, "a", "Programmed").0, "False");
+        // No usable CA at all: the listener cannot check anyone, so it is not Accepted.
+        assert_eq!(
+            listener_cond(&out, "a", "Accepted"),
+            tt("False", "NoValidCACertificate"),
+            "{r}"
+        );
     }
+    // One good CA and one bad: still refused (fail closed), but the listener is Accepted.
+    let out = run(&format!(
+        "{}{base}",
+        gateway(
+            &frontend(
+                "{group: '', kind: ConfigMap, name: ca}, {group: '', kind: ConfigMap, name: nope}",
+                ""
+            ),
+            &listeners
+        )
+    ));
+    assert_eq!(
+        listener_cond(&out, "a", "ResolvedRefs"),
+        tt("False", "InvalidCACertificateRef")
+    );
+    assert_eq!(listener_cond(&out, "a", "Accepted").0, "True");
+    assert_eq!(listener_cond(&out, "a", "Programmed").0, "False");
 }
 
 fn backend_tls_setup(policy_validation: &str, gateway_spec: &str) -> String {
@@ -441,6 +478,16 @@ fn backend_tls_policy() {
         (c.status.as_str(), c.reason.as_str()),
         ("False", "InvalidCACertificateRef")
     );
+    let a = st.ancestors[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .unwrap();
+    assert_eq!(
+        (a.status.as_str(), a.reason.as_str()),
+        ("False", "NoValidCACertificate"),
+        "no usable CA: the policy is not accepted"
+    );
     let route = &out.status.http_routes[&ObjectKey::new("default", "r")];
     let rr = route.parents[0]
         .conditions
@@ -504,5 +551,25 @@ fn gateway_backend_client_certificate() {
     assert_eq!(
         (rr.status.as_str(), rr.reason.as_str()),
         ("False", "InvalidClientCertificateRef")
+    );
+
+    // A Secret in another namespace without a ReferenceGrant: RefNotPermitted.
+    let spec =
+        "  tls:\n    backend:\n      clientCertificateRef: {name: client, namespace: other}\n";
+    let out = run(&backend_tls_setup(
+        "{hostname: secure.internal, wellKnownCACertificates: System}",
+        spec,
+    ));
+    let gw = &out.status.gateways[&ObjectKey::new("default", "gw")];
+    let rr = gw
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "ResolvedRefs")
+        .unwrap();
+    assert_eq!(
+        (rr.status.as_str(), rr.reason.as_str()),
+        ("False", "RefNotPermitted")
     );
 }
