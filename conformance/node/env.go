@@ -15,31 +15,27 @@ import (
 // keeps the container from starting (visible in its status) instead of running it wrong.
 func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container) ([]string, error) {
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + rt.pod.Name}
-	core := rt.agent.client.CoreV1()
-	ns := rt.pod.Namespace
 	for _, from := range c.EnvFrom {
 		var data map[string]string
 		switch {
 		case from.ConfigMapRef != nil:
-			cm, err := core.ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+			cm, err := rt.configMap(ctx, from.ConfigMapRef.Name, from.ConfigMapRef.Optional)
 			if err != nil {
-				if isOptional(from.ConfigMapRef.Optional) {
-					continue
-				}
 				return nil, fmt.Errorf("envFrom configMap %s: %w", from.ConfigMapRef.Name, err)
 			}
-			data = cm.Data
+			if cm != nil {
+				data = cm.Data
+			}
 		case from.SecretRef != nil:
-			s, err := core.Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+			s, err := rt.secret(ctx, from.SecretRef.Name, from.SecretRef.Optional)
 			if err != nil {
-				if isOptional(from.SecretRef.Optional) {
-					continue
-				}
 				return nil, fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
 			}
-			data = map[string]string{}
-			for k, v := range s.Data {
-				data[k] = string(v)
+			if s != nil {
+				data = map[string]string{}
+				for k, v := range s.Data {
+					data[k] = string(v)
+				}
 			}
 		}
 		for k, v := range data {
@@ -56,32 +52,41 @@ func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container) ([]
 	return env, nil
 }
 
-func isOptional(b *bool) bool { return b != nil && *b }
+// secret fetches a Secret the Pod refers to; nil without an error when it cannot be read and
+// the reference is optional.
+func (rt *podRuntime) secret(ctx context.Context, name string, optional *bool) (*corev1.Secret, error) {
+	s, err := rt.agent.client.CoreV1().Secrets(rt.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && optional != nil && *optional {
+		return nil, nil
+	}
+	return s, err
+}
+
+// configMap is secret for ConfigMaps.
+func (rt *podRuntime) configMap(ctx context.Context, name string, optional *bool) (*corev1.ConfigMap, error) {
+	cm, err := rt.agent.client.CoreV1().ConfigMaps(rt.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && optional != nil && *optional {
+		return nil, nil
+	}
+	return cm, err
+}
 
 func (rt *podRuntime) envValue(ctx context.Context, e corev1.EnvVar, env []string) (string, error) {
 	if e.ValueFrom == nil {
 		return expand(e.Value, env), nil
 	}
-	core := rt.agent.client.CoreV1()
-	ns := rt.pod.Namespace
 	switch f := e.ValueFrom; {
 	case f.FieldRef != nil:
 		return rt.fieldValue(f.FieldRef.FieldPath)
 	case f.SecretKeyRef != nil:
-		s, err := core.Secrets(ns).Get(ctx, f.SecretKeyRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(f.SecretKeyRef.Optional) {
-				return "", nil
-			}
+		s, err := rt.secret(ctx, f.SecretKeyRef.Name, f.SecretKeyRef.Optional)
+		if err != nil || s == nil {
 			return "", err
 		}
 		return string(s.Data[f.SecretKeyRef.Key]), nil
 	case f.ConfigMapKeyRef != nil:
-		cm, err := core.ConfigMaps(ns).Get(ctx, f.ConfigMapKeyRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(f.ConfigMapKeyRef.Optional) {
-				return "", nil
-			}
+		cm, err := rt.configMap(ctx, f.ConfigMapKeyRef.Name, f.ConfigMapKeyRef.Optional)
+		if err != nil || cm == nil {
 			return "", err
 		}
 		return cm.Data[f.ConfigMapKeyRef.Key], nil

@@ -37,26 +37,18 @@ func (rt *podRuntime) volumeDir(name string) string {
 
 func (rt *podRuntime) writeVolume(v corev1.Volume, dir string) error {
 	ctx := rt.ctx
-	core := rt.agent.client.CoreV1()
-	ns := rt.pod.Namespace
 	switch {
 	case v.EmptyDir != nil:
 		return nil
 	case v.Secret != nil:
-		s, err := core.Secrets(ns).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(v.Secret.Optional) {
-				return nil
-			}
+		s, err := rt.secret(ctx, v.Secret.SecretName, v.Secret.Optional)
+		if err != nil || s == nil {
 			return err
 		}
 		return writeKeys(dir, s.Data, v.Secret.Items)
 	case v.ConfigMap != nil:
-		cm, err := core.ConfigMaps(ns).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(v.ConfigMap.Optional) {
-				return nil
-			}
+		cm, err := rt.configMap(ctx, v.ConfigMap.Name, v.ConfigMap.Optional)
+		if err != nil || cm == nil {
 			return err
 		}
 		return writeKeys(dir, configMapBytes(cm), v.ConfigMap.Items)
@@ -70,19 +62,13 @@ func (rt *podRuntime) writeVolume(v corev1.Volume, dir string) error {
 				err = rt.writeToken(ctx, dir, src.ServiceAccountToken)
 			case src.ConfigMap != nil:
 				var cm *corev1.ConfigMap
-				cm, err = core.ConfigMaps(ns).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
-				if err == nil {
+				if cm, err = rt.configMap(ctx, src.ConfigMap.Name, src.ConfigMap.Optional); cm != nil {
 					err = writeKeys(dir, configMapBytes(cm), src.ConfigMap.Items)
-				} else if isOptional(src.ConfigMap.Optional) {
-					err = nil
 				}
 			case src.Secret != nil:
 				var s *corev1.Secret
-				s, err = core.Secrets(ns).Get(ctx, src.Secret.Name, metav1.GetOptions{})
-				if err == nil {
+				if s, err = rt.secret(ctx, src.Secret.Name, src.Secret.Optional); s != nil {
 					err = writeKeys(dir, s.Data, src.Secret.Items)
-				} else if isOptional(src.Secret.Optional) {
-					err = nil
 				}
 			case src.DownwardAPI != nil:
 				err = rt.writeDownward(dir, src.DownwardAPI.Items)

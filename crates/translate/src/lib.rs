@@ -369,31 +369,26 @@ fn policy_status(
             .filter_map(|c| cluster_users.get(c))
             .flatten()
             .collect();
-        let accepted = match &o.problem {
-            _ if o.clusters.is_empty() && !o.conflicted.is_empty() => condition(
+        // A policy with a problem has no usable CA (policy_ca fails as a whole): it cannot
+        // validate anything, and the backends it targets are not sent traffic (fail closed).
+        let accepted = if o.clusters.is_empty() && !o.conflicted.is_empty() {
+            condition(
                 ACCEPTED,
                 false,
                 CONFLICTED_POLICY,
                 "an older BackendTLSPolicy targets the same Service port",
                 generation,
-            ),
-            // Every CA reference is unusable: the policy cannot validate anything, and the
-            // backends it targets are not sent traffic (fail closed).
-            Some((reason, message))
-                if matches!(
-                    *reason,
-                    INVALID_KIND | INVALID_CA_CERTIFICATE_REF | NO_VALID_CA_CERTIFICATE
-                ) =>
-            {
-                condition(
-                    ACCEPTED,
-                    false,
-                    NO_VALID_CA_CERTIFICATE,
-                    message.clone(),
-                    generation,
-                )
-            }
-            _ => condition(ACCEPTED, true, ACCEPTED, "Accepted", generation),
+            )
+        } else if let Some((_, message)) = &o.problem {
+            condition(
+                ACCEPTED,
+                false,
+                NO_VALID_CA_CERTIFICATE,
+                message.clone(),
+                generation,
+            )
+        } else {
+            condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
         };
         let resolved = match &o.problem {
             Some((reason, message)) => {

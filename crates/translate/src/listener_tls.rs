@@ -142,24 +142,24 @@ pub fn uses_insecure_fallback(gw: &Gateway) -> bool {
     let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
         return false;
     };
-    let insecure = |v: Option<serde_json::Value>| {
-        v.and_then(|v| v.get("mode").and_then(|m| m.as_str()).map(str::to_owned))
-            .is_some_and(|m| m == "AllowInsecureFallback")
-    };
-    let default = frontend
-        .default
-        .validation
-        .as_ref()
-        .and_then(|v| serde_json::to_value(v).ok());
-    insecure(default)
-        || frontend.per_port.iter().flatten().any(|p| {
-            insecure(
-                p.tls
-                    .validation
-                    .as_ref()
-                    .and_then(|v| serde_json::to_value(v).ok()),
-            )
-        })
+    let per_port = frontend
+        .per_port
+        .iter()
+        .flatten()
+        .map(|p| validation_json(p.tls.validation.as_ref()));
+    std::iter::once(validation_json(frontend.default.validation.as_ref()))
+        .chain(per_port)
+        .any(|v| v.as_ref().is_some_and(insecure_fallback))
+}
+
+/// The default and per-port validation blocks are two generated types with one JSON shape;
+/// both are read through it.
+fn validation_json<T: serde::Serialize>(v: Option<&T>) -> Option<serde_json::Value> {
+    v.and_then(|v| serde_json::to_value(v).ok())
+}
+
+fn insecure_fallback(validation: &serde_json::Value) -> bool {
+    validation.get("mode").and_then(|m| m.as_str()) == Some("AllowInsecureFallback")
 }
 
 /// Client certificate validation for `port`: the per-port entry if there is one, else the
@@ -173,20 +173,15 @@ fn frontend_validation(
     let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
         return Ok(None);
     };
-    // Both generated validation types have one JSON shape; read them through it.
     let per_port = frontend.per_port.iter().flatten().find(|p| p.port == port);
     let validation = match per_port {
-        Some(p) => p.tls.validation.as_ref().map(serde_json::to_value),
-        None => frontend
-            .default
-            .validation
-            .as_ref()
-            .map(serde_json::to_value),
+        Some(p) => validation_json(p.tls.validation.as_ref()),
+        None => validation_json(frontend.default.validation.as_ref()),
     };
-    let Some(Ok(v)) = validation else {
+    let Some(v) = validation else {
         return Ok(None);
     };
-    let insecure = v.get("mode").and_then(|m| m.as_str()) == Some("AllowInsecureFallback");
+    let insecure = insecure_fallback(&v);
     let mut bundle = String::new();
     let mut first_problem: Option<Problem> = None;
     for r in v

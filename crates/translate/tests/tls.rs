@@ -540,17 +540,9 @@ fn gateway_backend_client_certificate() {
         "{hostname: secure.internal, wellKnownCACertificates: System}",
         spec,
     ));
-    let gw = &out.status.gateways[&ObjectKey::new("default", "gw")];
-    let rr = gw
-        .conditions
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|c| c.type_ == "ResolvedRefs")
-        .unwrap();
     assert_eq!(
-        (rr.status.as_str(), rr.reason.as_str()),
-        ("False", "InvalidClientCertificateRef")
+        gateway_cond(&out, "ResolvedRefs"),
+        Some(tt("False", "InvalidClientCertificateRef"))
     );
 
     // A Secret in another namespace without a ReferenceGrant: RefNotPermitted.
@@ -560,16 +552,8 @@ fn gateway_backend_client_certificate() {
         "{hostname: secure.internal, wellKnownCACertificates: System}",
         spec,
     ));
-    let gw = &out.status.gateways[&ObjectKey::new("default", "gw")];
-    let rr = gw
-        .conditions
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|c| c.type_ == "ResolvedRefs")
-        .unwrap();
     assert_eq!(
-        (rr.status.as_str(), rr.reason.as_str()),
-        ("False", "RefNotPermitted")
+        gateway_cond(&out, "ResolvedRefs"),
+        Some(tt("False", "RefNotPermitted"))
     );
 }
