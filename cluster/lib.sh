@@ -84,12 +84,18 @@ ensure_built() {
   log "building kube-apiserver, kube-controller-manager, etcd, kubectl ($KUBE_VERSION) into $BUILD_DIR (first build takes minutes)"
   local tmp=$BUILD_DIR.tmp.$$
   rm -rf "$tmp" && mkdir -p "$tmp/bin" "$tmp/crds"
-  (
-    cd "$CLUSTER_DIR"
-    # Static binaries: nothing depends on the host's libc.
-    CGO_ENABLED=0 GOFLAGS="-buildvcs=false ${GOFLAGS:-}" \
-      "$go" build -trimpath -ldflags "$(ldflags)" -o "$tmp/bin/" ./cmd/...
-  ) || { rm -rf "$tmp"; die "go build failed"; }
+  # Static binaries: nothing depends on the host's libc. A second attempt covers a module
+  # download that failed half-way (the proxy is remote; the build itself is deterministic).
+  local attempt
+  for attempt in 1 2; do
+    (
+      cd "$CLUSTER_DIR"
+      CGO_ENABLED=0 GOFLAGS="-buildvcs=false ${GOFLAGS:-}" GOTOOLCHAIN=local \
+        "$go" build -trimpath -ldflags "$(ldflags)" -o "$tmp/bin/" ./cmd/...
+    ) && break
+    ((attempt == 2)) && { rm -rf "$tmp"; die "go build failed twice (output above)"; }
+    log "go build failed; retrying once"
+  done
 
   # Gateway API CRDs from the module (go verifies the zip against go.sum/sum.golang.org).
   # gateway-api v1.7.0's go.mod says `go 1.27.0`, so with an older local toolchain
