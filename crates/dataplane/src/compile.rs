@@ -131,6 +131,8 @@ pub(crate) struct Endpoint {
     pub authority: Authority,
     /// The shared HTTP/2 connection, for h2c clusters.
     pub h2: Option<Arc<H2Endpoint>>,
+    /// Kept-alive HTTP/1.1 connections for the HTTP/1 path (every cluster but h2c ones).
+    pub pool: Option<Arc<crate::h1::Pool>>,
     /// Backend TLS; HTTP/1 requests go through its client, h2 ones under its connection.
     pub tls: Option<Arc<TlsUpstream>>,
 }
@@ -253,10 +255,14 @@ impl Compiler<'_> {
                 };
                 let h2 = (cluster.protocol == ir::UpstreamProtocol::H2c)
                     .then(|| self.upstreams.h2_endpoint(addr, tls.clone()));
+                let pool = h2
+                    .is_none()
+                    .then(|| self.upstreams.h1_pool(addr, tls.clone()));
                 Some(Endpoint {
                     addr,
                     authority,
                     h2,
+                    pool,
                     tls: tls.clone(),
                 })
             })

@@ -1,6 +1,7 @@
 //! Rule and backend filters: header modifiers, redirects and URL rewrites.
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use crate::headers::HeaderEdit;
+use http::{HeaderName, HeaderValue, StatusCode};
 use std::borrow::Cow;
 
 #[derive(Debug)]
@@ -22,12 +23,12 @@ pub(crate) struct HeaderMods {
 }
 
 impl HeaderMods {
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+    pub(crate) fn apply<H: HeaderEdit + ?Sized>(&self, headers: &mut H) {
         for (name, value) in &self.set {
-            headers.insert(name.clone(), value.clone());
+            headers.set(name, value);
         }
         for (name, value) in &self.add {
-            headers.append(name.clone(), value.clone());
+            headers.add(name, value);
         }
         for name in &self.remove {
             headers.remove(name);
@@ -154,6 +155,7 @@ pub(crate) struct RewriteSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     #[test]
     fn replace_prefix_match_table() {

@@ -14,6 +14,9 @@
 mod balancer;
 mod compile;
 mod filters;
+mod forwarding;
+mod h1;
+mod headers;
 mod listeners;
 mod metrics;
 mod proxy;
@@ -22,6 +25,7 @@ mod stream;
 mod tls;
 mod upstream;
 
+pub use h1::set_worker_index;
 pub use metrics::Metrics;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -52,6 +56,9 @@ pub struct Options {
     pub max_header_bytes: usize,
     /// A TLS client must finish its handshake (ClientHello included) within this time.
     pub tls_handshake_timeout: Duration,
+    /// Worker threads serving connections: pooled upstream connections are kept per worker
+    /// (see [`set_worker_index`]).
+    pub workers: usize,
 }
 
 impl Default for Options {
@@ -63,6 +70,7 @@ impl Default for Options {
             header_read_timeout: Duration::from_secs(30),
             max_header_bytes: 64 * 1024,
             tls_handshake_timeout: Duration::from_secs(10),
+            workers: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 }
@@ -101,6 +109,7 @@ pub(crate) struct Shared {
     /// TCP connect timeout towards backends (also for TLSRoute forwarding).
     pub connect_timeout: Duration,
     pub tls_handshake_timeout: Duration,
+    pub h1: h1::Settings,
 }
 
 /// The running data plane. Cheap to share; all methods take `&self`.
@@ -112,6 +121,8 @@ pub struct DataPlane {
     apply_lock: tokio::sync::Mutex<()>,
     /// Certificates and TLS configurations kept across applies (control path only).
     tls: Mutex<tls::TlsCache>,
+    /// The idle upstream connection sweeper runs (started by the first apply).
+    sweeper: std::sync::Once,
 }
 
 impl fmt::Debug for DataPlane {
@@ -119,6 +130,25 @@ impl fmt::Debug for DataPlane {
         f.debug_struct("DataPlane")
             .field("bound", &self.bound_addresses())
             .finish_non_exhaustive()
+    }
+}
+
+/// Closes pooled upstream connections that stayed idle past the idle timeout, so that they do
+/// not hold sockets open on either side; runs until the data plane is dropped or killed.
+async fn sweep_idle_upstreams(shared: std::sync::Weak<Shared>) {
+    let period = match shared.upgrade() {
+        Some(s) => (s.upstreams.pool_idle_timeout() / 4).max(Duration::from_millis(250)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.kill.is_cancelled() {
+            return;
+        }
+        shared.upstreams.sweep_idle();
     }
 }
 
@@ -151,12 +181,17 @@ impl DataPlane {
             default_request_timeout: options.default_request_timeout,
             connect_timeout: options.connect_timeout,
             tls_handshake_timeout: options.tls_handshake_timeout,
+            h1: h1::Settings {
+                header_read_timeout: options.header_read_timeout,
+                max_head: options.max_header_bytes.max(8 * 1024),
+            },
         };
         Arc::new(DataPlane {
             shared: Arc::new(shared),
             sockets: Mutex::new(HashMap::new()),
             apply_lock: tokio::sync::Mutex::new(()),
             tls: Mutex::new(tls::TlsCache::default()),
+            sweeper: std::sync::Once::new(),
         })
     }
 
@@ -182,6 +217,9 @@ impl DataPlane {
             warn!("apply after shutdown ignored");
             return Vec::new();
         }
+        self.sweeper.call_once(|| {
+            tokio::spawn(sweep_idle_upstreams(Arc::downgrade(&self.shared)));
+        });
         let tables = {
             let mut tls = self.tls.lock().unwrap_or_else(|e| e.into_inner());
             compile::Compiler {

@@ -11,16 +11,20 @@
 use crate::compile::{ListenerMode, SocketTable};
 use crate::proxy::{self, ConnContext};
 use crate::tls::{self, FailureReason, HelloError};
-use crate::{Metrics, Shared, stream};
+use crate::{Metrics, Shared, h1, stream};
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use http::HeaderValue;
 use hyper_util::rt::TokioIo;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::ReadBuf;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -132,7 +136,7 @@ async fn connection(
     if socket.table.load().tls {
         serve_tls(stream, peer, socket, drain, active).await;
     } else {
-        serve_http(stream, peer, socket, drain, None, active).await;
+        serve_http(stream, peer, socket, drain, None, false, active).await;
     }
 }
 
@@ -249,7 +253,10 @@ async fn serve_tls(
     };
     handshakes.inc();
     match tcp_backend {
-        None => serve_http(tls_stream, peer, socket, drain, Some(sni), active).await,
+        None => {
+            let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            serve_http(tls_stream, peer, socket, drain, Some(sni), h2, active).await;
+        }
         Some(target) => {
             let _ = stream::forward(&mut tls_stream, &[], target, true, &shared).await;
             let _ = tls_stream.shutdown().await;
@@ -257,15 +264,17 @@ async fn serve_tls(
     }
 }
 
-/// Serves HTTP/1.1 or HTTP/2 (by preface; after TLS, ALPN h2 means the client sends the h2
-/// preface) on a plaintext or decrypted stream. `sni`: the connection is TLS and its listener
-/// was chosen by this name.
+/// Serves HTTP on a plaintext or decrypted stream: HTTP/1 on the HTTP/1 path (which hands the
+/// connection to hyper for HTTP/2 prior knowledge and the requests it does not handle), HTTP/2
+/// negotiated by ALPN on hyper. `sni`: the connection is TLS and its listener was chosen by
+/// this name.
 async fn serve_http<I>(
     io: I,
     peer: SocketAddr,
     socket: Arc<SocketShared>,
     drain: CancellationToken,
     sni: Option<Box<str>>,
+    alpn_h2: bool,
     active: ActiveConn,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -274,6 +283,28 @@ async fn serve_http<I>(
     let client_ip = HeaderValue::try_from(peer.ip().to_canonical().to_string())
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
     let conn = Arc::new(ConnContext::new(socket, client_ip, sni, active));
+    if alpn_h2 {
+        return serve_hyper(io, peer, conn, drain, &shared).await;
+    }
+    let outcome = tokio::select! {
+        outcome = h1::serve(io, conn.clone(), drain.clone(), shared.h1) => outcome,
+        () = shared.kill.cancelled() => return,
+    };
+    if let h1::Outcome::Handoff(io, pending) = outcome {
+        serve_hyper(Prefixed::new(pending, io), peer, conn, drain, &shared).await;
+    }
+}
+
+/// Serves a connection with hyper: HTTP/2, and HTTP/1.1 requests the HTTP/1 path hands over.
+async fn serve_hyper<I>(
+    io: I,
+    peer: SocketAddr,
+    conn: Arc<ConnContext>,
+    drain: CancellationToken,
+    shared: &Shared,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = hyper::service::service_fn(move |req| {
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(proxy::handle(conn, req).await) }
@@ -298,5 +329,63 @@ async fn serve_http<I>(
     tokio::select! {
         _ = connection => {}
         () = shared.kill.cancelled() => {}
+    }
+}
+
+/// A transport whose first bytes were already read: they are replayed before the rest.
+struct Prefixed<I> {
+    prefix: Bytes,
+    io: I,
+}
+
+impl<I> Prefixed<I> {
+    fn new(prefix: Bytes, io: I) -> Self {
+        Prefixed { prefix, io }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Prefixed<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }

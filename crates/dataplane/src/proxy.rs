@@ -1,7 +1,8 @@
 //! The request path: route, run filters, pick a backend, forward, stream the answer back.
 
-use crate::compile::{CompiledRoute, CompiledRule, Endpoint, SocketTable, Target};
+use crate::compile::{CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::filters::Filter;
+use crate::forwarding::{self, Answer, Decision, RequestParts, Rewrite};
 use crate::listeners::{ActiveConn, SocketShared};
 use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
 use crate::upstream::{self, UpstreamError};
@@ -104,7 +105,7 @@ pub(crate) fn generated(status: StatusCode, text: &'static str) -> Response<Resp
 }
 
 fn not_found() -> Response<ResponseBody> {
-    generated(StatusCode::NOT_FOUND, "no route for this request\n")
+    generated(StatusCode::NOT_FOUND, NOT_FOUND)
 }
 
 /// The routing host of a request: the URI authority (HTTP/2, absolute-form HTTP/1) or the
@@ -130,13 +131,8 @@ pub(crate) async fn handle(
     let listener = table.hosts.get(host).copied();
     // 421 Misdirected Request: on TLS, a Host that belongs to another listener than the one
     // the SNI chose (and whose certificate the client got) is not served on this connection.
-    if let (Some(sni), Some(by_host)) = (&conn.sni, listener)
-        && table.hosts.get(sni).copied() != Some(by_host)
-    {
-        let response = generated(
-            StatusCode::MISDIRECTED_REQUEST,
-            "request host does not match the TLS server name of this connection\n",
-        );
+    if misdirected(&table, conn.sni.as_deref(), listener) {
+        let response = generated(StatusCode::MISDIRECTED_REQUEST, MISDIRECTED);
         table.unmatched.record(
             &conn.socket.shared.metrics,
             response.status().as_u16(),
@@ -169,70 +165,38 @@ pub(crate) async fn handle(
     response
 }
 
-/// What `UrlRewrite` filters decided, applied when the upstream request is built.
-#[derive(Default)]
-struct Rewrite {
-    host: Option<HeaderValue>,
-    path: Option<String>,
+pub(crate) const MISDIRECTED: &str =
+    "request host does not match the TLS server name of this connection\n";
+pub(crate) const NOT_FOUND: &str = "no route for this request\n";
+
+/// On a TLS connection, whether the request's listener (by Host) differs from the one the SNI
+/// chose.
+pub(crate) fn misdirected(table: &SocketTable, sni: Option<&str>, by_host: Option<usize>) -> bool {
+    match (sni, by_host) {
+        (Some(sni), Some(by_host)) => table.hosts.get(sni).copied() != Some(by_host),
+        _ => false,
+    }
 }
 
-/// Runs request-side filters; `Some` when one of them answers (redirect, broken filter).
-fn request_filters(
-    filters: &[Filter],
-    req: &mut Request<Incoming>,
-    host: &str,
-    prefix: Option<&str>,
-    rewrite: &mut Rewrite,
-) -> Option<Response<ResponseBody>> {
-    for filter in filters {
-        match filter {
-            Filter::RequestHeaders(mods) => mods.apply(req.headers_mut()),
-            Filter::ResponseHeaders(_) => {}
-            Filter::Redirect(redirect) => {
-                let path = rewrite.path.as_deref().unwrap_or(req.uri().path());
-                let location = redirect.location(host, path, req.uri().query(), prefix);
-                let Ok(location) = HeaderValue::try_from(location) else {
-                    return Some(generated(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "redirect target is not a valid URL\n",
-                    ));
-                };
-                let mut resp = Response::new(ResponseBody::Static(None));
-                *resp.status_mut() = redirect.status;
-                resp.headers_mut().insert(LOCATION, location);
-                return Some(resp);
-            }
-            Filter::UrlRewrite(rw) => {
-                if let Some(h) = &rw.hostname {
-                    rewrite.host = Some(h.clone());
-                }
-                if let Some(modifier) = &rw.path {
-                    let current = rewrite.path.as_deref().unwrap_or(req.uri().path());
-                    rewrite.path = Some(modifier.apply(current, prefix).into_owned());
-                }
-            }
-            Filter::Invalid => {
-                return Some(generated(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "route filter is misconfigured\n",
-                ));
-            }
+fn answer(answer: Answer) -> Response<ResponseBody> {
+    match answer {
+        Answer::Text(status, text) => generated(status, text),
+        Answer::Redirect(status, location) => {
+            let mut resp = Response::new(ResponseBody::Static(None));
+            *resp.status_mut() = status;
+            resp.headers_mut().insert(LOCATION, location);
+            resp
         }
     }
-    None
 }
 
-/// Applies the `ResponseHeaders` filters of the rule and (once chosen) of the backend.
+/// Applies the rule's and the backend's response header filters.
 fn respond(
     mut resp: Response<ResponseBody>,
     rule_filters: &[Filter],
     backend_filters: &[Filter],
 ) -> Response<ResponseBody> {
-    for filter in rule_filters.iter().chain(backend_filters) {
-        if let Filter::ResponseHeaders(mods) = filter {
-            mods.apply(resp.headers_mut());
-        }
-    }
+    forwarding::response_filters(rule_filters, backend_filters, resp.headers_mut());
     resp
 }
 
@@ -241,62 +205,41 @@ async fn forward(
     rule: &CompiledRule,
     route: &CompiledRoute,
     host: &str,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
 ) -> Response<ResponseBody> {
-    let prefix = route.matcher.path.replaceable_prefix();
-    let mut rewrite = Rewrite::default();
-    if let Some(resp) = request_filters(&rule.filters, &mut req, host, prefix, &mut rewrite) {
-        return respond(resp, &rule.filters, &[]);
-    }
-    let Some(backend) = rule.backends.pick() else {
-        return respond(
-            generated(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "no backend for this route\n",
-            ),
-            &rule.filters,
-            &[],
-        );
+    let (mut parts, body) = req.into_parts();
+    let decision = forwarding::decide(
+        rule,
+        &RequestParts {
+            host,
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            matched_prefix: route.matcher.path.replaceable_prefix(),
+        },
+        &mut parts.headers,
+    );
+    let (cluster, endpoint, backend_filters, rewrite) = match decision {
+        Decision::Answer {
+            answer: a,
+            backend_filters,
+        } => return respond(answer(a), &rule.filters, backend_filters),
+        Decision::Forward {
+            cluster,
+            endpoint,
+            backend_filters,
+            rewrite,
+        } => (cluster, endpoint, backend_filters, rewrite),
     };
-    let cluster = match &backend.target {
-        Target::Cluster(cluster) => cluster,
-        Target::Invalid => {
-            return respond(
-                generated(StatusCode::INTERNAL_SERVER_ERROR, "backend is invalid\n"),
-                &rule.filters,
-                &backend.filters,
-            );
-        }
-    };
-    if let Some(resp) = request_filters(&backend.filters, &mut req, host, prefix, &mut rewrite) {
-        return respond(resp, &rule.filters, &backend.filters);
-    }
-    let Some(endpoint) = cluster.endpoints.next() else {
-        return respond(
-            generated(StatusCode::SERVICE_UNAVAILABLE, "no healthy endpoints\n"),
-            &rule.filters,
-            &backend.filters,
-        );
-    };
+    let mut req = Request::from_parts(parts, body);
+    let fail = |status, text| respond(generated(status, text), &rule.filters, backend_filters);
 
     // HTTP/2 has no Upgrade; towards h2c the request goes out as a plain request.
     let upgrade = match endpoint.h2 {
         None => upstream::upgrade_protocol(&req),
         Some(_) => None,
     };
-    if cluster.tls_broken {
-        return respond(
-            generated(StatusCode::BAD_GATEWAY, "upstream TLS is misconfigured\n"),
-            &rule.filters,
-            &backend.filters,
-        );
-    }
     if let Err(text) = prepare_upstream(&mut req, conn, endpoint, rewrite, &upgrade) {
-        return respond(
-            generated(StatusCode::INTERNAL_SERVER_ERROR, text),
-            &rule.filters,
-            &backend.filters,
-        );
+        return fail(StatusCode::INTERNAL_SERVER_ERROR, text);
     }
     let downstream_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
 
@@ -304,13 +247,7 @@ async fn forward(
     let result = match rule.timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
             Ok(result) => result,
-            Err(_) => {
-                return respond(
-                    generated(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
-                    &rule.filters,
-                    &backend.filters,
-                );
-            }
+            Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
         },
         None => sent.await,
     };
@@ -319,19 +256,11 @@ async fn forward(
         Err(UpstreamError::Connect(error)) => {
             cluster.connect_failures.inc();
             debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
-            return respond(
-                generated(StatusCode::BAD_GATEWAY, "upstream connect error\n"),
-                &rule.filters,
-                &backend.filters,
-            );
+            return fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
         }
         Err(UpstreamError::Failed(error)) => {
             debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream request failed");
-            return respond(
-                generated(StatusCode::BAD_GATEWAY, "upstream request failed\n"),
-                &rule.filters,
-                &backend.filters,
-            );
+            return fail(StatusCode::BAD_GATEWAY, "upstream request failed\n");
         }
     };
 
@@ -340,7 +269,7 @@ async fn forward(
     respond(
         resp.map(ResponseBody::Upstream),
         &rule.filters,
-        &backend.filters,
+        backend_filters,
     )
 }
 

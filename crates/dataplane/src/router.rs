@@ -7,7 +7,8 @@ mod index;
 pub(crate) use index::RouteTable;
 
 use crate::compile::{CompiledListener, CompiledRoute, SocketTable};
-use http::{HeaderMap, HeaderName, Method};
+use crate::headers::RequestHeaders;
+use http::{HeaderName, Method};
 use regex::Regex;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -191,23 +192,23 @@ pub(crate) struct RequestMatcher {
     pub query: Box<[QueryMatcher]>,
 }
 
-/// The parts of a request the matchers look at.
-pub(crate) struct RequestView<'r> {
+/// The parts of a request the matchers look at, from either request path.
+pub(crate) struct RequestView<'r, H: ?Sized> {
     pub method: &'r Method,
     pub path: &'r str,
-    pub headers: &'r HeaderMap,
+    pub headers: &'r H,
     pub query: LazyQuery<'r>,
 }
 
 impl RequestMatcher {
     /// The checks every request pays first; a run of entries that share them is checked once.
     #[inline(always)]
-    pub(crate) fn method_and_path_match(&self, req: &RequestView<'_>) -> bool {
+    pub(crate) fn method_and_path_match<H: ?Sized>(&self, req: &RequestView<'_, H>) -> bool {
         self.method.as_ref().is_none_or(|m| m == req.method) && self.path.matches(req.path)
     }
 
     #[inline(always)]
-    pub(crate) fn matches(&self, req: &mut RequestView<'_>) -> bool {
+    pub(crate) fn matches<H: RequestHeaders + ?Sized>(&self, req: &mut RequestView<'_, H>) -> bool {
         if !self.method_and_path_match(req) {
             return false;
         }
@@ -217,8 +218,8 @@ impl RequestMatcher {
         // Plain loops: this runs for every entry a request passes, and `Iterator::all` with
         // a closure is not always inlined.
         for h in &self.headers {
-            let mut values = req.headers.get_all(&h.name).iter();
-            if !values.any(|v| h.value.matches_bytes(v.as_bytes())) {
+            let mut values = req.headers.values_of(h.name.as_str());
+            if !values.any(|v| h.value.matches_bytes(v)) {
                 return false;
             }
         }
@@ -322,11 +323,11 @@ pub(crate) enum Routed<'t> {
 /// virtual host, each matcher doing work bounded by the request's size.
 /// `listener` is `table.hosts.get(host)`, looked up by the caller (which also needs it for
 /// the 421 check).
-pub(crate) fn route<'t>(
+pub(crate) fn route<'t, H: RequestHeaders + ?Sized>(
     table: &'t SocketTable,
     listener: Option<usize>,
     host: &str,
-    req: &mut RequestView<'_>,
+    req: &mut RequestView<'_, H>,
 ) -> Routed<'t> {
     let Some(listener) = listener.and_then(|i| table.listeners.get(i)) else {
         return Routed::NoListener;
@@ -343,6 +344,7 @@ pub(crate) fn route<'t>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     fn norm(raw: &str) -> Option<String> {
         let mut buf = [0u8; MAX_HOST_LEN];

@@ -14,6 +14,7 @@
 
 use crate::Options;
 use crate::compile::Endpoint;
+use crate::h1;
 use crate::tls::{ClientKey, Reuse};
 use arc_swap::ArcSwapOption;
 use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
@@ -50,6 +51,10 @@ pub(crate) struct Upstreams {
     /// address and the address of the endpoint's `TlsUpstream` (0 for cleartext); the endpoint
     /// holds that `TlsUpstream`, so the pointer cannot be reused while the entry is live.
     h2: Mutex<HashMap<(SocketAddr, usize), Weak<H2Endpoint>>>,
+    /// HTTP/1 pools by endpoint, like `h2`; also walked by the idle sweeper.
+    h1: Mutex<HashMap<(SocketAddr, usize), Weak<h1::Pool>>>,
+    /// Shards of every HTTP/1 pool: one per worker thread.
+    pool_shards: usize,
     /// Compile time only: backend TLS clients by their settings.
     tls: Mutex<Reuse<ClientKey, Arc<TlsUpstream>>>,
     connect_timeout: Duration,
@@ -77,6 +82,8 @@ impl Upstreams {
         Upstreams {
             http1,
             h2: Mutex::new(HashMap::new()),
+            h1: Mutex::new(HashMap::new()),
+            pool_shards: options.workers.max(1),
             tls: Mutex::new(Reuse::default()),
             connect_timeout: options.connect_timeout,
             pool_idle_timeout: options.pool_idle_timeout,
@@ -104,6 +111,39 @@ impl Upstreams {
         endpoint
     }
 
+    /// The HTTP/1 pool of an endpoint, kept across applies while some endpoint uses it.
+    pub(crate) fn h1_pool(&self, addr: SocketAddr, tls: Option<Arc<TlsUpstream>>) -> Arc<h1::Pool> {
+        let key = (addr, tls.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize));
+        let mut map = self.h1.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let pool = Arc::new(h1::Pool::new(
+            addr,
+            tls,
+            self.pool_shards,
+            self.connect_timeout,
+            self.pool_idle_timeout,
+        ));
+        map.insert(key, Arc::downgrade(&pool));
+        pool
+    }
+
+    /// Closes idle HTTP/1 upstream connections past the idle timeout.
+    pub(crate) fn sweep_idle(&self) {
+        let pools: Vec<Arc<h1::Pool>> = {
+            let map = self.h1.lock().unwrap_or_else(|e| e.into_inner());
+            map.values().filter_map(Weak::upgrade).collect()
+        };
+        for pool in pools {
+            pool.sweep();
+        }
+    }
+
+    pub(crate) fn pool_idle_timeout(&self) -> Duration {
+        self.pool_idle_timeout
+    }
+
     /// The backend TLS client for `key`, built by `config` unless the previous apply had one.
     pub(crate) fn tls_upstream(
         &self,
@@ -125,6 +165,9 @@ impl Upstreams {
     /// Ends an apply: drops h2 registry entries and TLS clients nothing uses any more.
     pub(crate) fn finish_apply(&self) {
         let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        drop(map);
+        let mut map = self.h1.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         drop(map);
         self.tls.lock().unwrap_or_else(|e| e.into_inner()).finish();

@@ -2,7 +2,7 @@
 //! hand, real HTTP/1.1, HTTP/2 and raw TCP clients.
 
 use bytes::Bytes;
-use gatehouse_dataplane::{DataPlane, Metrics, Options};
+use gatehouse_dataplane::Options;
 use gatehouse_ir::*;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -12,16 +12,15 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+mod common;
+use common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Backend
@@ -160,115 +159,6 @@ async fn start_backend(id: &'static str) -> SocketAddr {
         }
     });
     addr
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-// ---------------------------------------------------------------------------------------------
-// IR builders
-
-fn route_ref(name: &str) -> RouteRef {
-    RouteRef {
-        kind: "HTTPRoute".into(),
-        namespace: "default".into(),
-        name: name.into(),
-        rule: 0,
-    }
-}
-
-fn to_cluster(name: &str) -> WeightedBackend {
-    WeightedBackend {
-        weight: 1,
-        target: BackendTarget::Cluster(name.into()),
-        filters: vec![],
-    }
-}
-
-fn rule(route: &str, backends: Vec<WeightedBackend>, filters: Vec<HttpFilter>) -> HttpRule {
-    HttpRule {
-        route: route_ref(route),
-        filters,
-        backends,
-        timeouts: Timeouts::default(),
-    }
-}
-
-fn prefix(path: &str, rule: usize) -> RouteEntry {
-    RouteEntry {
-        matcher: HttpMatch {
-            path: PathMatch::Prefix(path.into()),
-            ..HttpMatch::default()
-        },
-        rule,
-    }
-}
-
-fn listener(
-    port: u16,
-    hostname: Option<&str>,
-    rules: Vec<HttpRule>,
-    entries: Vec<RouteEntry>,
-) -> Listener {
-    Listener {
-        name: format!("http-{port}-{}", hostname.unwrap_or("any")),
-        address: LOCALHOST,
-        port,
-        protocol: ListenerProtocol::Http,
-        hostname: hostname.map(Into::into),
-        rules,
-        virtual_hosts: vec![VirtualHost {
-            hostname: "*".into(),
-            routes: entries,
-        }],
-        tls: None,
-        tls_routes: vec![],
-    }
-}
-
-fn gateway(listeners: Vec<Listener>) -> Gateway {
-    Gateway {
-        namespace: "default".into(),
-        name: "gw".into(),
-        listeners,
-    }
-}
-
-fn cluster(name: &str, protocol: UpstreamProtocol, endpoints: Vec<SocketAddr>) -> Cluster {
-    Cluster {
-        name: name.into(),
-        protocol,
-        endpoints,
-        tls: None,
-    }
-}
-
-fn http1(name: &str, endpoints: Vec<SocketAddr>) -> Cluster {
-    cluster(name, UpstreamProtocol::Http1, endpoints)
-}
-
-fn config(listeners: Vec<Listener>, clusters: Vec<Cluster>) -> Config {
-    Config {
-        gateways: vec![gateway(listeners)],
-        clusters,
-        certificates: vec![],
-    }
-}
-
-async fn dataplane(options: Options) -> (Arc<DataPlane>, Registry) {
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::new(&mut registry));
-    (DataPlane::new(options, metrics), registry)
-}
-
-async fn apply_ok(dp: &DataPlane, config: &Config) {
-    let errors = dp.apply(config).await;
-    assert!(errors.is_empty(), "bind errors: {errors:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -770,6 +660,17 @@ async fn upgrade_is_spliced() {
     apply_ok(&dp, &cfg).await;
 
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // A plain request first: the upgrade then arrives on a connection the HTTP/1 path
+    // already served, and is handed over with nothing lost.
+    stream
+        .write_all(b"GET /before HTTP/1.1\r\nHost: ws.example.com\r\n\r\n")
+        .await
+        .unwrap();
+    let first = read_one_response(&mut stream).await;
+    assert!(
+        first.starts_with("HTTP/1.1 200 ") && first.contains("uri=/before"),
+        "{first}"
+    );
     stream
         .write_all(b"GET /chat HTTP/1.1\r\nHost: ws.example.com\r\nConnection: keep-alive, Upgrade\r\nUpgrade: echo\r\n\r\n")
         .await
@@ -1067,6 +968,66 @@ fn peak_rss_bytes() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// Reads one response with a Content-Length body, byte by byte (nothing past it is consumed).
+async fn read_one_response(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8(head).unwrap();
+    let length: usize = text
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("content-length: ")
+                .map(|v| v.parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.unwrap();
+    text + &String::from_utf8_lossy(&body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_body_waits_for_the_backend() {
+    let be = start_backend("a").await;
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("a")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("a", vec![be])],
+    );
+    let (dp, _) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // The client sends the body only after the 100 (Continue) that the backend (hyper) sends
+    // once it starts reading the body.
+    stream
+        .write_all(
+            b"POST /count HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let interim = read_one_response(&mut stream).await;
+    assert!(
+        interim.starts_with("HTTP/1.1 100 Continue\r\n"),
+        "{interim}"
+    );
+    stream.write_all(&[1, 2, 3]).await.unwrap();
+    let answer = read_one_response(&mut stream).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200 ") && answer.ends_with("\r\n\r\n3 6"),
+        "{answer}"
+    );
+    dp.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,8 +17,8 @@
 
 use super::RequestView;
 use crate::compile::CompiledRoute;
+use crate::headers::RequestHeaders;
 use crate::router::ValueMatcher;
-use http::HeaderName;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -47,7 +47,7 @@ struct HeaderIndex {
     /// request it refuses skips the run without any lookup.
     shared: Option<usize>,
     /// Indexed header names -> position in `slots`.
-    names: Map<HeaderName, usize>,
+    names: Map<Box<str>, usize>,
     /// Bit `min(len, 63)` set for the length of every indexed name: most of a request's
     /// headers (`host`, `user-agent`, `accept`) are skipped without hashing their name.
     name_lengths: u64,
@@ -63,7 +63,7 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type ValueIndex<C> = Map<Box<[u8]>, C>;
 
 /// An indexed header name and its values.
-type Slot = (HeaderName, ValueIndex<Box<[Candidate]>>);
+type Slot = (Box<str>, ValueIndex<Box<[Candidate]>>);
 
 #[derive(Debug)]
 struct Candidate {
@@ -100,7 +100,10 @@ impl RouteTable {
     }
 
     /// The first route, in precedence order, whose match succeeds.
-    pub(crate) fn find(&self, req: &mut RequestView<'_>) -> Option<&CompiledRoute> {
+    pub(crate) fn find<H: RequestHeaders + ?Sized>(
+        &self,
+        req: &mut RequestView<'_, H>,
+    ) -> Option<&CompiledRoute> {
         for step in &self.steps {
             let found = match step {
                 Step::Linear(range) => self.routes[range.clone()]
@@ -143,9 +146,9 @@ fn indexable(route: &CompiledRoute) -> bool {
     exact_pairs(route).next().is_some()
 }
 
-fn exact_pairs(route: &CompiledRoute) -> impl Iterator<Item = (&HeaderName, &[u8])> {
+fn exact_pairs(route: &CompiledRoute) -> impl Iterator<Item = (&str, &[u8])> {
     route.matcher.headers.iter().filter_map(|h| match &h.value {
-        ValueMatcher::Exact(v) => Some((&h.name, v.as_bytes())),
+        ValueMatcher::Exact(v) => Some((h.name.as_str(), v.as_bytes())),
         ValueMatcher::Regex(_) => None,
     })
 }
@@ -156,7 +159,7 @@ impl HeaderIndex {
         let entries = &routes[run.clone()];
         // File each entry under its pair shared by the fewest entries of the run, so that a
         // common pair (`x-env: prod` on every entry) does not make one long candidate list.
-        let mut counts: HashMap<(&HeaderName, &[u8]), usize> = HashMap::new();
+        let mut counts: HashMap<(&str, &[u8]), usize> = HashMap::new();
         for r in entries {
             for pair in exact_pairs(r) {
                 *counts.entry(pair).or_default() += 1;
@@ -167,14 +170,14 @@ impl HeaderIndex {
             .iter()
             .all(|r| r.matcher.method == first.method && r.matcher.path.same_as(&first.path))
             .then_some(run.start);
-        let mut names: Map<HeaderName, usize> = Map::default();
-        let mut slots: Vec<(HeaderName, ValueIndex<Vec<Candidate>>)> = Vec::new();
+        let mut names: Map<Box<str>, usize> = Map::default();
+        let mut slots: Vec<(Box<str>, ValueIndex<Vec<Candidate>>)> = Vec::new();
         for (entry, r) in run.clone().zip(entries) {
             let (name, value) = exact_pairs(r)
                 .min_by_key(|pair| counts[pair])
                 .expect("indexable entries have an exact header match");
-            let slot = *names.entry(name.clone()).or_insert_with(|| {
-                slots.push((name.clone(), Map::default()));
+            let slot = *names.entry(name.into()).or_insert_with(|| {
+                slots.push((name.into(), Map::default()));
                 slots.len() - 1
             });
             let decided =
@@ -202,7 +205,11 @@ impl HeaderIndex {
     /// The position of the first entry of the run that matches. Out of line: it runs once per
     /// run, and inlining it would cost the per-entry checks of linear steps their inlining.
     #[inline(never)]
-    fn find(&self, routes: &[CompiledRoute], req: &mut RequestView<'_>) -> Option<usize> {
+    fn find<H: RequestHeaders + ?Sized>(
+        &self,
+        routes: &[CompiledRoute],
+        req: &mut RequestView<'_, H>,
+    ) -> Option<usize> {
         if let Some(shared) = self.shared
             && !routes[shared].matcher.method_and_path_match(req)
         {
@@ -212,19 +219,19 @@ impl HeaderIndex {
         let mut best = usize::MAX;
         // Walk whichever side has fewer names; both visit every (name, value) pair the request
         // and the index have in common.
-        if self.slots.len() <= headers.keys_len() {
+        if self.slots.len() <= headers.names_hint() {
             for (name, values) in &self.slots {
-                for value in headers.get_all(name) {
-                    if let Some(candidates) = values.get(value.as_bytes()) {
+                for value in headers.values_of(name) {
+                    if let Some(candidates) = values.get(value) {
                         best = first_match(routes, candidates, best, req);
                     }
                 }
             }
         } else {
-            for (name, value) in headers {
+            for (name, value) in headers.fields() {
                 if self.name_lengths & length_bit(name) != 0
                     && let Some(&slot) = self.names.get(name)
-                    && let Some(candidates) = self.slots[slot].1.get(value.as_bytes())
+                    && let Some(candidates) = self.slots[slot].1.get(value)
                 {
                     best = first_match(routes, candidates, best, req);
                 }
@@ -234,16 +241,16 @@ impl HeaderIndex {
     }
 }
 
-fn length_bit(name: &HeaderName) -> u64 {
-    1 << name.as_str().len().min(63)
+fn length_bit(name: &str) -> u64 {
+    1 << name.len().min(63)
 }
 
 /// The first of `candidates` below `best` whose whole match succeeds, else `best`.
-fn first_match(
+fn first_match<H: RequestHeaders + ?Sized>(
     routes: &[CompiledRoute],
     candidates: &[Candidate],
     best: usize,
-    req: &mut RequestView<'_>,
+    req: &mut RequestView<'_, H>,
 ) -> usize {
     candidates
         .iter()
@@ -258,7 +265,7 @@ mod tests {
     use crate::compile::request_matcher;
     use crate::router::LazyQuery;
     use gatehouse_ir as ir;
-    use http::{HeaderMap, HeaderValue, Method};
+    use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
     fn route(m: &ir::HttpMatch, rule: usize) -> CompiledRoute {
         CompiledRoute {
@@ -315,7 +322,7 @@ mod tests {
             }
         }
 
-        fn view(&self) -> RequestView<'_> {
+        fn view(&self) -> RequestView<'_, HeaderMap> {
             RequestView {
                 method: &self.method,
                 path: self.path,

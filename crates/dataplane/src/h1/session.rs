@@ -1,0 +1,766 @@
+//! One client connection on the HTTP/1 path: read a request head, route it, forward it over a
+//! pooled upstream connection, stream the response back, repeat. Everything happens in the
+//! connection's task, so a proxied request costs two reads and two writes and no task switch.
+//!
+//! A request the path does not handle itself (a protocol upgrade, a non-origin-form target,
+//! an h2c backend) hands the connection to hyper before anything of it is consumed, with the
+//! bytes read so far; so does the HTTP/2 connection preface.
+
+use super::body::{Encoding, Pipe, PipeError};
+use super::buf::ReadBuf;
+use super::parse::{Framing, RequestHead};
+use super::pool::{Conn, Pool};
+use super::write::{self, ClientResponse, Upstream};
+use crate::compile::{CompiledRoute, CompiledRule, SocketTable};
+use crate::filters::Filter;
+use crate::forwarding::{self, Answer, Decision, RequestParts};
+use crate::headers::HeaderList;
+use crate::metrics::RouteMetrics;
+use crate::proxy::{self, ConnContext};
+use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, LOCATION};
+use http::{Method, StatusCode};
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+/// The client read buffer starts here and grows (doubling) only for larger heads.
+const INITIAL_READ_BUFFER: usize = 4 * 1024;
+/// Request bodies are streamed through a buffer of at least this size.
+const BODY_READ_BUFFER: usize = 16 * 1024;
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Settings of the HTTP/1 path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    /// A client must send a request head within this time (also the keep-alive idle limit).
+    pub header_read_timeout: Duration,
+    /// Largest request head; beyond it the answer is 431.
+    pub max_head: usize,
+}
+
+/// How a connection left the HTTP/1 path.
+pub(crate) enum Outcome<I> {
+    Closed,
+    /// Continue on hyper with this transport, replaying these bytes first.
+    Handoff(I, Bytes),
+}
+
+/// Serves HTTP/1 requests on `io` until the connection closes, the socket drains, or a request
+/// needs hyper.
+pub(crate) async fn serve<I>(
+    io: I,
+    conn: Arc<ConnContext>,
+    drain: CancellationToken,
+    settings: Settings,
+) -> Outcome<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut session = Session {
+        io,
+        buf: ReadBuf::new(INITIAL_READ_BUFFER),
+        head: RequestHead::default(),
+        out: Vec::new(),
+        up_out: Vec::new(),
+        fields: HeaderList::default(),
+        conn,
+        settings,
+    };
+    let drained = drain.clone().cancelled_owned();
+    let mut drained = pin!(drained);
+    let timer = tokio::time::sleep(settings.header_read_timeout);
+    let mut timer = pin!(timer);
+    let mut first = true;
+    loop {
+        let len = match session
+            .read_head(first, drained.as_mut(), timer.as_mut())
+            .await
+        {
+            Ok(len) => len,
+            Err(ReadHead::H2Preface) => return session.handoff(),
+            Err(ReadHead::Closed) => return Outcome::Closed,
+            Err(ReadHead::Refused(status, why)) => {
+                debug!(peer = ?session.conn.client_ip, status, why, "request refused");
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+                session.fields.clear();
+                session.fields.push(b"content-type", b"text/plain");
+                let _ = session.send_generated(status, why.as_bytes(), true).await;
+                return Outcome::Closed;
+            }
+        };
+        first = false;
+        match session.request(len, drain.is_cancelled()).await {
+            Next::KeepGoing if !drain.is_cancelled() => {}
+            Next::KeepGoing | Next::Close => {
+                let _ = session.io.shutdown().await;
+                return Outcome::Closed;
+            }
+            Next::Handoff => return session.handoff(),
+        }
+    }
+}
+
+enum ReadHead {
+    H2Preface,
+    /// End of stream, timeout or drain with nothing pending, or a read error.
+    Closed,
+    /// Answer with this status and close.
+    Refused(u16, &'static str),
+}
+
+enum Next {
+    KeepGoing,
+    Close,
+    Handoff,
+}
+
+struct Session<I> {
+    io: I,
+    buf: ReadBuf,
+    head: RequestHead,
+    /// What goes to the client next (reused).
+    out: Vec<u8>,
+    /// What goes upstream next (reused).
+    up_out: Vec<u8>,
+    /// Fields of responses Gatehouse makes (reused).
+    fields: HeaderList,
+    conn: Arc<ConnContext>,
+    settings: Settings,
+}
+
+/// What a forwarded request came to.
+enum Exchanged {
+    /// The response went out (entirely, or its head and part of its body before a failure, in
+    /// which case `keep_client` is false).
+    Responded { status: u16, keep_client: bool },
+    /// Nothing reached the client yet: answer this and close (or keep going if `keep_client`).
+    Failed {
+        status: StatusCode,
+        text: &'static str,
+        keep_client: bool,
+    },
+    /// The client went away.
+    ClientGone,
+}
+
+impl<I> Session<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    fn handoff(self) -> Outcome<I> {
+        let pending = Bytes::copy_from_slice(self.buf.data());
+        Outcome::Handoff(self.io, pending)
+    }
+
+    /// Reads until a whole request head is buffered; returns its length.
+    async fn read_head(
+        &mut self,
+        first: bool,
+        mut drained: Pin<&mut tokio_util::sync::WaitForCancellationFutureOwned>,
+        mut timer: Pin<&mut tokio::time::Sleep>,
+    ) -> Result<usize, ReadHead> {
+        let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
+        loop {
+            if !self.buf.is_empty() {
+                let data = self.buf.data();
+                if first && H2_PREFACE.starts_with(&data[..data.len().min(H2_PREFACE.len())]) {
+                    if data.len() >= H2_PREFACE.len() {
+                        return Err(ReadHead::H2Preface);
+                    }
+                } else {
+                    match self.head.parse(data) {
+                        Ok(Some(len)) => return Ok(len),
+                        Ok(None) => {}
+                        Err(e) => return Err(ReadHead::Refused(e.status(), e.reason())),
+                    }
+                }
+                if self.buf.is_full() {
+                    let max = self.settings.max_head;
+                    if self.buf.capacity() >= max {
+                        return Err(ReadHead::Refused(431, "request head too large"));
+                    }
+                    self.buf.grow_to((self.buf.capacity() * 2).min(max));
+                }
+            }
+            // The timer is re-armed only when it fires before the current deadline, not per
+            // request: most requests pay no timer-wheel work at all.
+            let read = poll_fn(|cx| {
+                if let Poll::Ready(r) = self.buf.poll_fill(cx, &mut self.io) {
+                    return Poll::Ready(Some(r));
+                }
+                if self.buf.is_empty() && drained.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                loop {
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
+                    }
+                    timer.as_mut().reset(deadline);
+                }
+            })
+            .await;
+            match read {
+                Some(Ok(0)) | None => return Err(ReadHead::Closed),
+                Some(Ok(_)) => {}
+                Some(Err(e)) if e.kind() == io::ErrorKind::TimedOut => {
+                    return Err(if self.buf.is_empty() {
+                        ReadHead::Closed
+                    } else {
+                        ReadHead::Refused(408, "request head not received in time")
+                    });
+                }
+                Some(Err(_)) => return Err(ReadHead::Closed),
+            }
+        }
+    }
+
+    /// Handles the request whose head is the first `len` bytes of the buffer.
+    async fn request(&mut self, len: usize, draining: bool) -> Next {
+        let start = Instant::now();
+        let conn = self.conn.clone();
+        let table: Arc<SocketTable> = conn.socket.table.load_full();
+        if self.head.unusual_target || self.head.upgrade {
+            return Next::Handoff;
+        }
+        let mut host_buf = [0u8; MAX_HOST_LEN];
+        let host = self
+            .head
+            .host()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| router::normalize_host(h, &mut host_buf))
+            .unwrap_or("");
+        let listener = table.hosts.get(host).copied();
+        let metrics = &conn.socket.shared.metrics;
+        if proxy::misdirected(&table, conn.sni.as_deref(), listener) {
+            self.buf.consume(len);
+            let next = self
+                .answer_and_skip_body(
+                    Answer::Text(StatusCode::MISDIRECTED_REQUEST, proxy::MISDIRECTED),
+                    &[],
+                    &[],
+                    draining,
+                )
+                .await;
+            table.unmatched.record(metrics, 421, start.elapsed());
+            return next;
+        }
+        let routed = router::route(
+            &table,
+            listener,
+            host,
+            &mut RequestView {
+                method: &self.head.method,
+                path: self.head.path(),
+                headers: &self.head.headers,
+                query: LazyQuery::new(self.head.query()),
+            },
+        );
+        let (listener, route) = match routed {
+            Routed::Matched(listener, route) => (listener, route),
+            Routed::NoListener | Routed::NoRoute(_) => {
+                let unmatched: &RouteMetrics = match routed {
+                    Routed::NoRoute(l) => &l.unmatched,
+                    _ => &table.unmatched,
+                };
+                self.buf.consume(len);
+                let next = self
+                    .answer_and_skip_body(
+                        Answer::Text(StatusCode::NOT_FOUND, proxy::NOT_FOUND),
+                        &[],
+                        &[],
+                        draining,
+                    )
+                    .await;
+                unmatched.record(metrics, 404, start.elapsed());
+                return next;
+            }
+        };
+        let rule = &listener.rules[route.rule];
+        let (next, status) = self.forward(len, rule, route, host, draining).await;
+        if let Some(status) = status {
+            rule.metrics.record(metrics, status, start.elapsed());
+        }
+        next
+    }
+
+    /// Filters, backend choice and the exchange with the backend. Returns what to do next and
+    /// the status the client got (none when the client went away first).
+    async fn forward(
+        &mut self,
+        len: usize,
+        rule: &CompiledRule,
+        route: &CompiledRoute,
+        host: &str,
+        draining: bool,
+    ) -> (Next, Option<u16>) {
+        let RequestHead {
+            target,
+            path_end,
+            headers,
+            ..
+        } = &mut self.head;
+        let decision = forwarding::decide(
+            rule,
+            &RequestParts {
+                host,
+                path: &target[..*path_end],
+                query: target.get(*path_end + 1..),
+                matched_prefix: route.matcher.path.replaceable_prefix(),
+            },
+            headers,
+        );
+        let (cluster, endpoint, backend_filters, rewrite) = match decision {
+            Decision::Answer {
+                answer,
+                backend_filters,
+            } => {
+                let status = match &answer {
+                    Answer::Text(s, _) | Answer::Redirect(s, _) => s.as_u16(),
+                };
+                self.buf.consume(len);
+                let next = self
+                    .answer_and_skip_body(answer, &rule.filters, backend_filters, draining)
+                    .await;
+                return (next, Some(status));
+            }
+            Decision::Forward {
+                cluster,
+                endpoint,
+                backend_filters,
+                rewrite,
+            } => (cluster, endpoint, backend_filters, rewrite),
+        };
+        let Some(pool) = endpoint.pool.as_deref() else {
+            // An h2c backend: hyper's client speaks HTTP/2 to it.
+            return (Next::Handoff, None);
+        };
+        self.buf.consume(len);
+
+        let head = &self.head;
+        let conn = &self.conn;
+        let original_host = head.host();
+        let upstream_host = match (&rewrite.host, original_host) {
+            (Some(h), _) => h.as_bytes(),
+            (None, Some(h)) => h,
+            (None, None) => endpoint.authority.as_str().as_bytes(),
+        };
+        self.up_out.clear();
+        write::upstream_request(
+            &mut self.up_out,
+            head,
+            &Upstream {
+                path: rewrite.path.as_deref().unwrap_or(head.path()),
+                query: head.query(),
+                host: upstream_host,
+                original_host,
+                client_ip: conn.client_ip.as_bytes(),
+                proto: conn.proto.as_bytes(),
+            },
+        );
+        let close_after = !self.head.keep_alive || draining;
+        let exchanged = self
+            .exchange(pool, rule, backend_filters, close_after, cluster)
+            .await;
+        match exchanged {
+            Exchanged::Responded {
+                status,
+                keep_client,
+            } => (
+                if keep_client {
+                    Next::KeepGoing
+                } else {
+                    Next::Close
+                },
+                Some(status),
+            ),
+            Exchanged::Failed {
+                status,
+                text,
+                keep_client,
+            } => {
+                self.fields.clear();
+                self.fields.push(b"content-type", b"text/plain");
+                forwarding::response_filters(&rule.filters, backend_filters, &mut self.fields);
+                let close = !keep_client || close_after;
+                let sent = self.send_generated(status, text.as_bytes(), close).await;
+                let next = if sent.is_ok() && !close {
+                    Next::KeepGoing
+                } else {
+                    Next::Close
+                };
+                (next, Some(status.as_u16()))
+            }
+            Exchanged::ClientGone => (Next::Close, None),
+        }
+    }
+
+    /// Sends the request (head in `up_out`, body from the client) and the response back.
+    async fn exchange(
+        &mut self,
+        pool: &Pool,
+        rule: &CompiledRule,
+        backend_filters: &[Filter],
+        close_after: bool,
+        cluster: &crate::compile::ClusterState,
+    ) -> Exchanged {
+        let method = self.head.method.clone();
+        let head_request = method == Method::HEAD;
+        let body = self.head.body;
+        // Without a body the request can be sent again if a kept-alive connection turns out
+        // to have been closed by the backend meanwhile.
+        let replayable = body == Framing::None;
+        let mut up = match pool.checkout() {
+            Some(up) => up,
+            None => match pool.connect().await {
+                Ok(up) => up,
+                Err(error) => {
+                    cluster.connect_failures.inc();
+                    debug!(cluster = &*cluster.name, %error, "upstream connect failed");
+                    return self.fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
+                }
+            },
+        };
+        let mut attempt = 0;
+        let (status_len, req_pipe) = loop {
+            attempt += 1;
+            let mut req_pipe = Pipe::new(std::mem::take(&mut self.up_out));
+            req_pipe.start(
+                body,
+                if body == Framing::Chunked {
+                    Encoding::Chunked
+                } else {
+                    Encoding::Identity
+                },
+            );
+            if self.buf.capacity() < BODY_READ_BUFFER && body != Framing::None {
+                self.buf.grow_to(BODY_READ_BUFFER);
+            }
+            let phase = send_and_read_head(
+                &mut self.io,
+                &mut self.buf,
+                &mut up,
+                &mut req_pipe,
+                self.head.http10,
+                &mut self.out,
+            );
+            let result = match rule.timeout {
+                Some(limit) => match tokio::time::timeout(limit, phase).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.up_out = req_pipe.into_out();
+                        return self.fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
+                    }
+                },
+                None => phase.await,
+            };
+            match result {
+                Ok(len) => break (len, req_pipe),
+                Err(SendError::Client) => return Exchanged::ClientGone,
+                Err(SendError::MalformedBody) => {
+                    return Exchanged::Failed {
+                        status: StatusCode::BAD_REQUEST,
+                        text: "malformed request body\n",
+                        keep_client: false,
+                    };
+                }
+                Err(SendError::Upstream { before_response }) => {
+                    let idempotent = matches!(
+                        method,
+                        Method::GET
+                            | Method::HEAD
+                            | Method::OPTIONS
+                            | Method::TRACE
+                            | Method::PUT
+                            | Method::DELETE
+                    );
+                    if before_response && up.reused && attempt == 1 && replayable && idempotent {
+                        // Without a body the pipe still holds the whole request.
+                        self.up_out = req_pipe.into_sent();
+                        debug!(
+                            cluster = &*cluster.name,
+                            "kept-alive upstream connection was closed; retrying on a new one"
+                        );
+                        up = match pool.connect().await {
+                            Ok(up) => up,
+                            Err(error) => {
+                                cluster.connect_failures.inc();
+                                debug!(cluster = &*cluster.name, %error, "upstream connect failed");
+                                return self
+                                    .fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
+                            }
+                        };
+                        continue;
+                    }
+                    self.up_out = req_pipe.into_out();
+                    debug!(cluster = &*cluster.name, "upstream request failed");
+                    return self.fail(StatusCode::BAD_GATEWAY, "upstream request failed\n");
+                }
+            }
+        };
+        let mut req_pipe = req_pipe;
+
+        // The final response head.
+        let framing = up.head.framing(head_request);
+        if up.head.status == 101 {
+            // Upgrades never take this path; a 101 here is a broken backend.
+            self.up_out = req_pipe.into_out();
+            return self.fail(StatusCode::BAD_GATEWAY, "upstream request failed\n");
+        }
+        let upstream_reusable = up.head.reusable(framing);
+        if forwarding::has_response_filters(&rule.filters, backend_filters) {
+            forwarding::response_filters(&rule.filters, backend_filters, &mut up.head.headers);
+        }
+        let client_http10 = self.head.http10;
+        let how = ClientResponse {
+            framing,
+            client_http10,
+            // A body whose end only the close can tell an HTTP/1.0 client.
+            close: close_after
+                || (client_http10 && matches!(framing, Framing::Chunked | Framing::Eof)),
+        };
+        let status = up.head.status;
+        let mut out = std::mem::take(&mut self.out);
+        write::client_response(&mut out, &up.head, &how);
+        up.buf.consume(status_len);
+        let mut resp_pipe = Pipe::new(out);
+        resp_pipe.start(
+            framing,
+            if how.chunked() {
+                Encoding::Chunked
+            } else {
+                Encoding::Identity
+            },
+        );
+
+        // The response body, while what is left of the request body still goes up (a backend
+        // may answer before it has read everything).
+        let mut request_done = req_pipe.finished();
+        let mut request_abandoned = false;
+        let streamed = poll_fn(|cx| {
+            if !request_done && !request_abandoned {
+                match req_pipe.poll_run(cx, &mut self.io, &mut self.buf, &mut up.io) {
+                    Poll::Ready(Ok(())) => request_done = true,
+                    // The backend stopped reading the request: its response still counts.
+                    Poll::Ready(Err(PipeError::Sink(_))) => request_abandoned = true,
+                    Poll::Ready(Err(PipeError::Source(_))) => {
+                        return Poll::Ready(Err(SendError::Client));
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            match resp_pipe.poll_run(cx, &mut up.io, &mut up.buf, &mut self.io) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+                Poll::Ready(Err(PipeError::Source(error))) => {
+                    debug!(%error, "reading the response body failed");
+                    Poll::Ready(Err(SendError::Upstream {
+                        before_response: false,
+                    }))
+                }
+                Poll::Ready(Err(PipeError::Sink(_))) => Poll::Ready(Err(SendError::Client)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        self.out = resp_pipe.into_out();
+        self.up_out = req_pipe.into_out();
+        match streamed {
+            Ok(()) => {
+                if upstream_reusable && request_done && up.buf.is_empty() {
+                    pool.checkin(up);
+                }
+                Exchanged::Responded {
+                    status,
+                    keep_client: !how.close && request_done,
+                }
+            }
+            Err(SendError::Client | SendError::MalformedBody) => Exchanged::ClientGone,
+            Err(SendError::Upstream { .. }) => {
+                debug!(
+                    cluster = &*cluster.name,
+                    "upstream response body ended early"
+                );
+                Exchanged::Responded {
+                    status,
+                    keep_client: false,
+                }
+            }
+        }
+    }
+
+    /// A failure before any of the response reached the client. The client connection can
+    /// carry on only if the request had no body (a body may be partly unread).
+    fn fail(&self, status: StatusCode, text: &'static str) -> Exchanged {
+        Exchanged::Failed {
+            status,
+            text,
+            keep_client: self.head.body == Framing::None,
+        }
+    }
+
+    /// Answers a request Gatehouse does not forward. Its body, if any, is not read: the
+    /// connection closes after the answer.
+    async fn answer_and_skip_body(
+        &mut self,
+        answer: Answer,
+        rule_filters: &[Filter],
+        backend_filters: &[Filter],
+        draining: bool,
+    ) -> Next {
+        self.fields.clear();
+        let (status, body): (StatusCode, &[u8]) = match &answer {
+            Answer::Text(status, text) => {
+                self.fields
+                    .push(CONTENT_TYPE.as_str().as_bytes(), b"text/plain");
+                (*status, text.as_bytes())
+            }
+            Answer::Redirect(status, location) => {
+                self.fields
+                    .push(LOCATION.as_str().as_bytes(), location.as_bytes());
+                (*status, b"")
+            }
+        };
+        forwarding::response_filters(rule_filters, backend_filters, &mut self.fields);
+        let close = !self.head.keep_alive || draining || self.head.body != Framing::None;
+        match self.send_generated(status, body, close).await {
+            Ok(()) if !close => Next::KeepGoing,
+            _ => Next::Close,
+        }
+    }
+
+    async fn send_generated(
+        &mut self,
+        status: StatusCode,
+        body: &[u8],
+        close: bool,
+    ) -> io::Result<()> {
+        self.out.clear();
+        write::generated(
+            &mut self.out,
+            status,
+            &self.fields,
+            body,
+            close,
+            self.head.http10,
+        );
+        let result = self.io.write_all(&self.out).await;
+        let flushed = match result {
+            Ok(()) => self.io.flush().await,
+            Err(e) => Err(e),
+        };
+        self.out.clear();
+        flushed
+    }
+}
+
+enum SendError {
+    /// Reading from or writing to the client failed.
+    Client,
+    /// The client's chunked body broke its framing.
+    MalformedBody,
+    /// The backend failed; `before_response`: no byte of its response arrived.
+    Upstream { before_response: bool },
+}
+
+/// Writes the request (head and body) while reading the response head; interim responses are
+/// passed to HTTP/1.1 clients. Returns the length of the final response head in the upstream
+/// buffer (parsed into `up.head`).
+async fn send_and_read_head<I>(
+    client: &mut I,
+    client_buf: &mut ReadBuf,
+    up: &mut Conn,
+    req_pipe: &mut Pipe,
+    client_http10: bool,
+    interim: &mut Vec<u8>,
+) -> Result<usize, SendError>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    interim.clear();
+    let mut interim_written = 0;
+    let mut received = false;
+    poll_fn(|cx| {
+        loop {
+            if !req_pipe.finished() {
+                match req_pipe.poll_run(cx, client, client_buf, &mut up.io) {
+                    Poll::Ready(Ok(())) | Poll::Pending => {}
+                    Poll::Ready(Err(PipeError::Source(error))) => {
+                        debug!(%error, "reading the request body failed");
+                        return Poll::Ready(Err(if error.kind() == io::ErrorKind::InvalidData {
+                            SendError::MalformedBody
+                        } else {
+                            SendError::Client
+                        }));
+                    }
+                    Poll::Ready(Err(PipeError::Sink(error))) => {
+                        debug!(%error, "writing the request upstream failed");
+                        return Poll::Ready(Err(SendError::Upstream {
+                            before_response: !received,
+                        }));
+                    }
+                }
+            }
+            while interim_written < interim.len() {
+                match Pin::new(&mut *client).poll_write(cx, &interim[interim_written..]) {
+                    Poll::Ready(Ok(n)) if n > 0 => interim_written += n,
+                    Poll::Ready(_) => return Poll::Ready(Err(SendError::Client)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if interim_written > 0 {
+                if let Poll::Ready(Err(_)) = Pin::new(&mut *client).poll_flush(cx) {
+                    return Poll::Ready(Err(SendError::Client));
+                }
+                interim.clear();
+                interim_written = 0;
+            }
+            if !up.buf.is_empty() {
+                match up.head.parse(up.buf.data()) {
+                    Ok(Some(len)) => {
+                        let status = up.head.status;
+                        if (100..200).contains(&status) && status != 101 {
+                            if !client_http10 {
+                                write::interim(interim, &up.head);
+                            }
+                            up.buf.consume(len);
+                            continue;
+                        }
+                        return Poll::Ready(Ok(len));
+                    }
+                    Ok(None) if up.buf.is_full() => {
+                        return Poll::Ready(Err(SendError::Upstream {
+                            before_response: false,
+                        }));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        debug!(error = e.reason(), "invalid response head from upstream");
+                        return Poll::Ready(Err(SendError::Upstream {
+                            before_response: false,
+                        }));
+                    }
+                }
+            }
+            match up.buf.poll_fill(cx, &mut up.io) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                    return Poll::Ready(Err(SendError::Upstream {
+                        before_response: !received,
+                    }));
+                }
+                Poll::Ready(Ok(_)) => received = true,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await
+}
