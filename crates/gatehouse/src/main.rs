@@ -23,6 +23,9 @@ struct Cli {
         env = "GATEHOUSE_LOG_FORMAT"
     )]
     log_format: telemetry::LogFormat,
+    /// Worker threads serving traffic (default: TOKIO_WORKER_THREADS, else one per core).
+    #[arg(long, global = true, env = "GATEHOUSE_WORKERS")]
+    workers: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -126,16 +129,27 @@ struct ServeArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_logging(cli.log_format);
+    let workers = worker_count(cli.workers);
+    let next_index = std::sync::atomic::AtomicUsize::new(0);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
+        // Upstream connection pools keep a shard per thread; numbering threads as they start
+        // spreads workers over the shards (blocking-pool threads take a shard too, harmlessly).
+        .on_thread_start(move || {
+            let index = next_index.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            gatehouse_dataplane::set_worker_index(index);
+        })
         .build()
         .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run::run(run_options(args))
+            Command::Run(args) => run::run(run_options(args, workers))
                 .await
                 .map(|()| ExitCode::SUCCESS),
-            Command::Controller(args) => run_controller(args).await.map(|()| ExitCode::SUCCESS),
+            Command::Controller(args) => run_controller(args, workers)
+                .await
+                .map(|()| ExitCode::SUCCESS),
             Command::Status { path, output } => Ok(status(path, &output)),
             Command::Echo { listen, name } => echo::run(echo::EchoOptions { listen, name })
                 .await
@@ -151,17 +165,28 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_options(a: RunArgs) -> run::RunOptions {
+/// `--workers`, else tokio's own TOKIO_WORKER_THREADS, else one per core.
+fn worker_count(flag: Option<usize>) -> usize {
+    flag.or_else(|| {
+        std::env::var("TOKIO_WORKER_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+    .filter(|&n| n > 0)
+    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+fn run_options(a: RunArgs, workers: usize) -> run::RunOptions {
     run::RunOptions {
         path: a.path,
         admin_address: a.serve.admin_address,
         default_address: a.serve.address,
         shutdown_grace: a.serve.shutdown_grace,
-        dataplane: dataplane_options(&a.serve),
+        dataplane: dataplane_options(&a.serve, workers),
     }
 }
 
-async fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
+async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach Kubernetes: {e}"))?;
@@ -181,7 +206,7 @@ async fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
         default_address: a.serve.address,
         local_addresses: a.local_addresses,
         shutdown_grace: a.serve.shutdown_grace,
-        dataplane: dataplane_options(&a.serve),
+        dataplane: dataplane_options(&a.serve, workers),
         lease,
         controller_name: a.controller_name,
         publish_service: match a.publish_service.as_deref().map(|s| s.split_once('/')) {
@@ -194,15 +219,14 @@ async fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn dataplane_options(a: &ServeArgs) -> gatehouse_dataplane::Options {
-    {
-        gatehouse_dataplane::Options {
-            connect_timeout: a.connect_timeout,
-            pool_idle_timeout: a.backend_idle_timeout,
-            default_request_timeout: (!a.request_timeout.is_zero()).then_some(a.request_timeout),
-            header_read_timeout: a.header_read_timeout,
-            ..Default::default()
-        }
+fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Options {
+    gatehouse_dataplane::Options {
+        connect_timeout: a.connect_timeout,
+        pool_idle_timeout: a.backend_idle_timeout,
+        default_request_timeout: (!a.request_timeout.is_zero()).then_some(a.request_timeout),
+        header_read_timeout: a.header_read_timeout,
+        workers,
+        ..Default::default()
     }
 }
 

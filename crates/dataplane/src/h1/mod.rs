@@ -13,6 +13,7 @@
 mod body;
 mod buf;
 mod date;
+mod deadline;
 mod parse;
 mod pool;
 mod session;

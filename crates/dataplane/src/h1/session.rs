@@ -8,6 +8,7 @@
 
 use super::body::{Encoding, Pipe, PipeError};
 use super::buf::ReadBuf;
+use super::deadline::Deadline;
 use super::parse::{Framing, RequestHead};
 use super::pool::{Conn, Pool};
 use super::write::{self, ClientResponse, Upstream};
@@ -73,17 +74,14 @@ where
         fields: HeaderList::default(),
         conn,
         settings,
+        head_deadline: Deadline::new(),
+        response_deadline: Deadline::new(),
     };
     let drained = drain.clone().cancelled_owned();
     let mut drained = pin!(drained);
-    let timer = tokio::time::sleep(settings.header_read_timeout);
-    let mut timer = pin!(timer);
     let mut first = true;
     loop {
-        let len = match session
-            .read_head(first, drained.as_mut(), timer.as_mut())
-            .await
-        {
+        let len = match session.read_head(first, drained.as_mut()).await {
             Ok(len) => len,
             Err(ReadHead::H2Preface) => return session.handoff(),
             Err(ReadHead::Closed) => return Outcome::Closed,
@@ -100,7 +98,10 @@ where
         match session.request(len, drain.is_cancelled()).await {
             Next::KeepGoing if !drain.is_cancelled() => {}
             Next::KeepGoing | Next::Close => {
-                let _ = session.io.shutdown().await;
+                // TLS says goodbye (close_notify); plain TCP closes with the socket.
+                if session.conn.sni.is_some() {
+                    let _ = session.io.shutdown().await;
+                }
                 return Outcome::Closed;
             }
             Next::Handoff => return session.handoff(),
@@ -134,6 +135,10 @@ struct Session<I> {
     fields: HeaderList,
     conn: Arc<ConnContext>,
     settings: Settings,
+    /// When the current request head must be in.
+    head_deadline: Deadline,
+    /// When the current response head must be in (the rule's timeout).
+    response_deadline: Deadline,
 }
 
 /// What a forwarded request came to.
@@ -165,7 +170,6 @@ where
         &mut self,
         first: bool,
         mut drained: Pin<&mut tokio_util::sync::WaitForCancellationFutureOwned>,
-        mut timer: Pin<&mut tokio::time::Sleep>,
     ) -> Result<usize, ReadHead> {
         let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
         loop {
@@ -190,8 +194,6 @@ where
                     self.buf.grow_to((self.buf.capacity() * 2).min(max));
                 }
             }
-            // The timer is re-armed only when it fires before the current deadline, not per
-            // request: most requests pay no timer-wheel work at all.
             let read = poll_fn(|cx| {
                 if let Poll::Ready(r) = self.buf.poll_fill(cx, &mut self.io) {
                     return Poll::Ready(Some(r));
@@ -199,15 +201,9 @@ where
                 if self.buf.is_empty() && drained.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(None);
                 }
-                loop {
-                    if timer.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
-                    if tokio::time::Instant::now() >= deadline {
-                        return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
-                    }
-                    timer.as_mut().reset(deadline);
-                }
+                self.head_deadline
+                    .poll_passed(cx, deadline)
+                    .map(|()| Some(Err(io::ErrorKind::TimedOut.into())))
             })
             .await;
             match read {
@@ -287,7 +283,7 @@ where
             }
         };
         let rule = &listener.rules[route.rule];
-        let (next, status) = self.forward(len, rule, route, host, draining).await;
+        let (next, status) = self.forward(len, rule, route, host, draining, start).await;
         if let Some(status) = status {
             rule.metrics.record(metrics, status, start.elapsed());
         }
@@ -303,6 +299,7 @@ where
         route: &CompiledRoute,
         host: &str,
         draining: bool,
+        started: Instant,
     ) -> (Next, Option<u16>) {
         let RequestHead {
             target,
@@ -370,7 +367,7 @@ where
         );
         let close_after = !self.head.keep_alive || draining;
         let exchanged = self
-            .exchange(pool, rule, backend_filters, close_after, cluster)
+            .exchange(pool, rule, backend_filters, close_after, cluster, started)
             .await;
         match exchanged {
             Exchanged::Responded {
@@ -413,6 +410,7 @@ where
         backend_filters: &[Filter],
         close_after: bool,
         cluster: &crate::compile::ClusterState,
+        started: Instant,
     ) -> Exchanged {
         let method = self.head.method.clone();
         let head_request = method == Method::HEAD;
@@ -455,9 +453,13 @@ where
                 &mut self.out,
             );
             let result = match rule.timeout {
-                Some(limit) => match tokio::time::timeout(limit, phase).await {
-                    Ok(r) => r,
-                    Err(_) => {
+                Some(limit) => match self
+                    .response_deadline
+                    .run(tokio::time::Instant::from_std(started) + limit, phase)
+                    .await
+                {
+                    Some(r) => r,
+                    None => {
                         self.up_out = req_pipe.into_out();
                         return self.fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
                     }
