@@ -1,11 +1,12 @@
 //! The request path: route, run filters, pick a backend, forward, stream the answer back.
 
-use crate::compile::{CompiledRoute, CompiledRule, Endpoint, SocketTable};
+use crate::compile::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts, Rewrite};
+use crate::h1;
 use crate::listeners::{ActiveConn, SocketShared};
 use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
-use crate::upstream::{self, UpstreamError};
+use crate::upstream::{self, BoxError, UpstreamError};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST, LOCATION, UPGRADE};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -59,19 +60,22 @@ impl ConnContext {
 #[derive(Debug)]
 pub(crate) enum ResponseBody {
     Upstream(Incoming),
+    /// From a pooled connection of the HTTP/1 path's client.
+    Pooled(h1::client::PooledBody),
     Static(Option<Bytes>),
 }
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ResponseBody::Upstream(body) => Pin::new(body).poll_frame(cx),
+            ResponseBody::Upstream(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            ResponseBody::Pooled(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             ResponseBody::Static(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
@@ -79,6 +83,7 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ResponseBody::Upstream(body) => body.is_end_stream(),
+            ResponseBody::Pooled(body) => body.is_end_stream(),
             ResponseBody::Static(data) => data.is_none(),
         }
     }
@@ -86,6 +91,7 @@ impl Body for ResponseBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ResponseBody::Upstream(body) => body.size_hint(),
+            ResponseBody::Pooled(body) => body.size_hint(),
             ResponseBody::Static(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
@@ -243,6 +249,34 @@ async fn forward(
     }
     let downstream_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
 
+    // Bodiless requests to HTTP/1 backends go over the HTTP/1 path's pooled connections, in
+    // this task; the rest (request bodies, upgrades, h2c) over hyper's clients.
+    if let Some(pool) = &endpoint.pool
+        && downstream_upgrade.is_none()
+        && req.body().is_end_stream()
+    {
+        let (parts, _) = req.into_parts();
+        let sent = Box::pin(h1::client::send(pool, &parts));
+        let result = match rule.timeout {
+            Some(limit) => match tokio::time::timeout(limit, sent).await {
+                Ok(result) => result,
+                Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
+            },
+            None => sent.await,
+        };
+        return match result {
+            Ok(mut resp) => {
+                upstream::strip_hop_by_hop(resp.headers_mut());
+                respond(
+                    resp.map(ResponseBody::Pooled),
+                    &rule.filters,
+                    backend_filters,
+                )
+            }
+            Err(error) => upstream_failed(cluster, endpoint, error, fail),
+        };
+    }
+
     let sent = conn.socket.shared.upstreams.send(endpoint, req);
     let result = match rule.timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
@@ -253,15 +287,7 @@ async fn forward(
     };
     let mut resp = match result {
         Ok(resp) => resp,
-        Err(UpstreamError::Connect(error)) => {
-            cluster.connect_failures.inc();
-            debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
-            return fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
-        }
-        Err(UpstreamError::Failed(error)) => {
-            debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream request failed");
-            return fail(StatusCode::BAD_GATEWAY, "upstream request failed\n");
-        }
+        Err(error) => return upstream_failed(cluster, endpoint, error, fail),
     };
 
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
@@ -271,6 +297,26 @@ async fn forward(
         &rule.filters,
         backend_filters,
     )
+}
+
+/// The 502 for a request the backend did not answer.
+fn upstream_failed(
+    cluster: &ClusterState,
+    endpoint: &Endpoint,
+    error: UpstreamError,
+    fail: impl FnOnce(StatusCode, &'static str) -> Response<ResponseBody>,
+) -> Response<ResponseBody> {
+    match error {
+        UpstreamError::Connect(error) => {
+            cluster.connect_failures.inc();
+            debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
+            fail(StatusCode::BAD_GATEWAY, "upstream connect error\n")
+        }
+        UpstreamError::Failed(error) => {
+            debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream request failed");
+            fail(StatusCode::BAD_GATEWAY, "upstream request failed\n")
+        }
+    }
 }
 
 fn strip_and_maybe_upgrade(

@@ -495,3 +495,85 @@ async fn idle_keep_alive_connections_close_quietly() {
     assert!(started.elapsed() < Duration::from_secs(3));
     dp.shutdown(Duration::from_secs(1)).await;
 }
+
+/// An HTTP/2 connection to the proxy, and `GET`/`HEAD`/`POST` requests over it.
+async fn h2_client(
+    port: u16,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn h2_send(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    method: &str,
+    path: &str,
+    body: &'static str,
+) -> (u16, http::HeaderMap, String) {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://h{path}"))
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            body.as_bytes(),
+        )))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_use_the_pooled_http1_connections() {
+    // The backend closes a connection when its third request arrives (a keep-alive limit),
+    // answers chunked on /chunked and echoes request bodies on POST.
+    let be = raw_backend(|i, req| {
+        if i == 2 {
+            return None;
+        }
+        let text = String::from_utf8_lossy(req).into_owned();
+        if text.starts_with("POST") {
+            let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+            return ok(&format!("posted {body}"));
+        }
+        if path_of(req) == "/chunked" {
+            return Some((
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n".to_vec(),
+                false,
+            ));
+        }
+        ok(&path_of(req))
+    })
+    .await;
+    let (port, dp) = proxy_to(be.addr).await;
+    let mut h2 = h2_client(port).await;
+    for i in 0..12 {
+        let (status, _, body) = h2_send(&mut h2, "GET", &format!("/n{i}"), "").await;
+        assert_eq!((status, body.as_str()), (200, format!("/n{i}").as_str()));
+    }
+    // Two requests per backend connection, the third retried on a new one: 12 requests take
+    // 6 connections, and no request failed.
+    assert_eq!(be.connections.load(Ordering::SeqCst), 6);
+    let (status, headers, body) = h2_send(&mut h2, "HEAD", "/head", "").await;
+    assert_eq!((status, body.as_str()), (200, ""));
+    assert_eq!(headers["content-length"], "5");
+    let (_, _, body) = h2_send(&mut h2, "GET", "/chunked", "").await;
+    assert_eq!(body, "abcdef");
+    // A request body takes hyper's client; the answer is the same.
+    let (status, _, body) = h2_send(&mut h2, "POST", "/p", "hello").await;
+    assert_eq!((status, body.as_str()), (200, "posted hello"));
+    let seen = String::from_utf8(be.requests.lock().unwrap()[0].clone()).unwrap();
+    assert!(seen.starts_with("GET /n0 HTTP/1.1\r\n"), "{seen}");
+    assert!(seen.contains("\r\nhost: h\r\n"), "{seen}");
+    assert!(seen.contains("\r\nx-forwarded-proto: http\r\n"), "{seen}");
+    dp.shutdown(Duration::from_secs(1)).await;
+}

@@ -82,7 +82,10 @@ impl Ca {
     }
 
     fn issue(&self, params: CertificateParams) -> Pair {
-        let key = KeyPair::generate().unwrap();
+        self.issue_with(params, KeyPair::generate().unwrap())
+    }
+
+    fn issue_with(&self, params: CertificateParams, key: KeyPair) -> Pair {
         let issuer: &Issuer<'_, KeyPair> = &self.issuer;
         let cert = params.signed_by(&key, issuer).unwrap();
         Pair {
@@ -114,7 +117,7 @@ impl Ca {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 fn roots(pems: &[&str]) -> RootCertStore {
@@ -184,6 +187,46 @@ impl ServerCertVerifier for AcceptAnything {
         provider()
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+/// Accepts any server certificate but offers only `schemes` in signature_algorithms, like a
+/// client that can only verify some key types.
+#[derive(Debug)]
+struct OnlySchemes(Vec<SignatureScheme>);
+
+impl ServerCertVerifier for OnlySchemes {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        AcceptAnything.verify_server_cert(end_entity, intermediates, name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        AcceptAnything.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        AcceptAnything.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.clone()
     }
 }
 
@@ -1731,5 +1774,73 @@ async fn sessions_resume_across_unrelated_applies_but_not_across_a_new_certifica
     let stream = connect(port, "cafe.example.com", &client).await.unwrap();
     assert_eq!(kind(&stream), Some(rustls::HandshakeKind::Full));
     assert_eq!(leaf_of(&stream).serial, 2);
+    dp.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_and_ecdsa_certificates_share_a_listener() {
+    let ca = Ca::new("dual-ca");
+    let name = "dual.example.com";
+    let ecdsa = ca.server(&[name], 1);
+    let rsa = ca.issue_with(
+        Ca::server_params(&[name], 2),
+        KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap(),
+    );
+    let be = start_http_backend("dual").await;
+    let port = free_port();
+    let mut listener = https_listener("dual", port, Some(name), "rsa", "be");
+    // RSA listed first: the client's signature algorithms decide, the order only breaks ties.
+    listener.tls.as_mut().unwrap().certificates = vec!["rsa".into(), "ecdsa".into()];
+    let (dp, _) = dataplane();
+    apply_ok(
+        &dp,
+        &config(
+            vec![listener],
+            vec![cluster("be", vec![be], None)],
+            vec![certificate("rsa", &rsa), certificate("ecdsa", &ecdsa)],
+        ),
+    )
+    .await;
+    let leaf_serial = |schemes: Vec<SignatureScheme>| async move {
+        let mut config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(OnlySchemes(schemes)))
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let stream = connect(port, name, &Arc::new(config)).await.unwrap();
+        let serial = leaf_of(&stream).serial;
+        let answer = get_on(stream, name, "/").await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        serial
+    };
+    let ecdsa_only = vec![
+        SignatureScheme::ECDSA_NISTP256_SHA256,
+        SignatureScheme::ECDSA_NISTP384_SHA384,
+    ];
+    let rsa_only = vec![
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA256,
+    ];
+    assert_eq!(leaf_serial(ecdsa_only).await, 1, "ECDSA-only client");
+    assert_eq!(leaf_serial(rsa_only).await, 2, "RSA-only client");
+    let both = provider()
+        .signature_verification_algorithms
+        .supported_schemes();
+    assert_eq!(leaf_serial(both).await, 2, "either works: the first listed");
+
+    // The server's suite order wins over the client's (rustls clients list AES-256 first).
+    let stream = connect(port, name, &client_config(&[&ca.pem], &[b"http/1.1"], None))
+        .await
+        .unwrap();
+    assert_eq!(
+        stream
+            .get_ref()
+            .1
+            .negotiated_cipher_suite()
+            .map(|s| s.suite()),
+        Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+    );
     dp.shutdown(Duration::from_secs(1)).await;
 }

@@ -14,8 +14,15 @@ pub enum LogFormat {
 
 /// Install the global tracing subscriber. `RUST_LOG` overrides the default level.
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // rustls warns about things clients do on every connection (an IP address as SNI, for
+    // one): any client could fill the log and spend the proxy's CPU on it. Gatehouse reports
+    // handshake failures itself (metrics, debug logs); rustls keeps its errors unless
+    // RUST_LOG names it.
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("rustls")) {
+        filter = filter.add_directive("rustls=error".parse().expect("static directive"));
+    }
     // Colour only on a terminal: logs redirected to files or collected by a node agent
     // should not carry escape codes.
     use std::io::IsTerminal;

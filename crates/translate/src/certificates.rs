@@ -40,7 +40,7 @@ pub fn tls_secret(secret: &Secret) -> Result<(String, String), String> {
     let key = secret_value(secret, "tls.key").ok_or("Secret has no tls.key")?;
     let chain = certificates(&cert).map_err(|e| format!("tls.crt: {e}"))?;
     let private = PrivateKeyDer::from_pem_slice(&key).map_err(|e| format!("tls.key: {e}"))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&private)
+    let signer = rustls::crypto::aws_lc_rs::sign::any_supported_type(&private)
         .map_err(|e| format!("tls.key: unsupported private key: {e}"))?;
     rustls::sign::CertifiedKey::new(chain, Arc::clone(&signer))
         .keys_match()

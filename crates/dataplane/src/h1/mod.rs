@@ -12,6 +12,7 @@
 
 mod body;
 mod buf;
+pub(crate) mod client;
 mod date;
 mod deadline;
 mod parse;
