@@ -113,6 +113,18 @@ impl HeaderList {
         self.fields.push(Field { name, value });
     }
 
+    /// Records a field whose name and value already sit in the buffer, as they are.
+    pub(crate) fn push_spans_as_is(&mut self, name: Span, value: Span) {
+        self.fields.push(Field { name, value });
+    }
+
+    /// Lowercases every name (for edits, which compare lowercase names).
+    pub(crate) fn lowercase_names(&mut self) {
+        for f in &self.fields {
+            self.buf[f.name.range()].make_ascii_lowercase();
+        }
+    }
+
     /// Appends a field, copying its bytes into the buffer. `name` must be lower case.
     pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
         let n0 = self.buf.len();

@@ -34,6 +34,7 @@ use listeners::BoundSocket;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -245,6 +246,7 @@ impl DataPlane {
                 .collect()
         };
         for (_, socket) in &removed {
+            socket.state.draining.store(true, Ordering::Relaxed);
             socket.stop.cancel();
         }
         for (address, socket) in removed {
@@ -280,8 +282,11 @@ impl DataPlane {
     /// including upgraded tunnels, is dropped).
     pub async fn shutdown(&self, grace: Duration) {
         let _serial = self.apply_lock.lock().await;
-        self.shared.draining.cancel();
         let sockets: Vec<BoundSocket> = self.sockets().drain().map(|(_, s)| s).collect();
+        for socket in &sockets {
+            socket.state.draining.store(true, Ordering::Relaxed);
+        }
+        self.shared.draining.cancel();
         for socket in sockets {
             let _ = socket.accept.await;
         }

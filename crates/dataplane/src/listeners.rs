@@ -22,6 +22,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::ReadBuf;
@@ -36,6 +37,9 @@ use tracing::{debug, warn};
 pub(crate) struct SocketShared {
     pub table: ArcSwap<SocketTable>,
     pub shared: Arc<Shared>,
+    /// Set before the socket's stop token is cancelled: connections read it after every
+    /// request (the token itself is behind a mutex).
+    pub draining: AtomicBool,
 }
 
 pub(crate) struct BoundSocket {
@@ -65,6 +69,7 @@ pub(crate) fn start(
     let state = Arc::new(SocketShared {
         table: ArcSwap::from_pointee(table),
         shared: shared.clone(),
+        draining: AtomicBool::new(false),
     });
     let accept = shared
         .tasks

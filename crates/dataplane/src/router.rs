@@ -16,22 +16,26 @@ use std::collections::HashMap;
 /// Longest host name we route on (DNS allows 253 characters; one more for a trailing dot).
 pub(crate) const MAX_HOST_LEN: usize = 255;
 
+/// foldhash: looked up on every request with short keys, where SipHash costs more than the
+/// rest of the lookup; still seeded per map.
+type HostMap<T> = HashMap<Box<str>, T, foldhash::fast::RandomState>;
+
 /// Host names to values: exact names, then the longest matching `*.suffix`, then the catch-all.
 #[derive(Debug)]
 pub(crate) struct HostTable<T> {
-    exact: HashMap<Box<str>, T>,
+    exact: HostMap<T>,
     /// Keyed by the suffix with its leading dot (`.example.com` for `*.example.com`), so a
     /// lookup is one hash probe per label of the request host rather than a scan of all
     /// wildcards.
-    wildcard: HashMap<Box<str>, T>,
+    wildcard: HostMap<T>,
     any: Option<T>,
 }
 
 impl<T> Default for HostTable<T> {
     fn default() -> Self {
         HostTable {
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
+            exact: HostMap::default(),
+            wildcard: HostMap::default(),
             any: None,
         }
     }

@@ -422,8 +422,9 @@ async fn interim_responses_and_bodiless_answers() {
         .await
         .unwrap();
     let resp = read_response(&mut c, &mut pending, true).await;
+    // Field names keep the backend's case.
     assert!(
-        resp.contains("content-length: 11\r\n") && resp.ends_with("\r\n\r\n"),
+        resp.contains("Content-Length: 11\r\n") && resp.ends_with("\r\n\r\n"),
         "{resp}"
     );
     c.write_all(b"GET /empty HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -432,7 +433,8 @@ async fn interim_responses_and_bodiless_answers() {
     let resp = read_response(&mut c, &mut pending, false).await;
     assert!(resp.starts_with("HTTP/1.1 204 No Content\r\n"), "{resp}");
     assert!(
-        !resp.contains("content-length") && !resp.contains("transfer-encoding"),
+        !resp.to_ascii_lowercase().contains("content-length")
+            && !resp.contains("transfer-encoding"),
         "{resp}"
     );
     c.write_all(b"GET /cached HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -440,7 +442,7 @@ async fn interim_responses_and_bodiless_answers() {
         .unwrap();
     let resp = read_response(&mut c, &mut pending, false).await;
     assert!(
-        resp.starts_with("HTTP/1.1 304 ") && resp.contains("etag: \"x\""),
+        resp.starts_with("HTTP/1.1 304 ") && resp.contains("ETag: \"x\""),
         "{resp}"
     );
 

@@ -105,11 +105,11 @@ impl ConnectionTokens {
     }
 }
 
-/// Whether a (lowercase) field name is one of those that `Connection` lists in `headers`.
+/// Whether a field name is one of those that `Connection` lists in `headers`.
 pub(crate) fn listed_in_connection(headers: &HeaderList, name: &[u8]) -> bool {
     headers
         .iter()
-        .filter(|(n, _)| *n == b"connection")
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
         .flat_map(|(_, v)| v.split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
 }
@@ -362,15 +362,19 @@ impl ResponseHead {
         self.has_date = false;
         let mut length = None;
         let mut codings = Codings::default();
+        // Names keep the backend's case (lowercasing every response head costs more than
+        // comparing the few names that matter without regard to case).
         for f in resp.headers.iter() {
-            let name = span(f.name.as_bytes());
-            self.headers.push_spans(name, span(f.value));
-            match self.headers.bytes(name) {
-                b"content-length" => content_length(f.value, &mut length)
-                    .map_err(|()| HeadError::Bad("invalid or conflicting Content-Length"))?,
-                b"transfer-encoding" => codings.add(f.value),
-                b"connection" => self.connection.add(f.value),
-                b"date" => self.has_date = true,
+            let name = f.name.as_bytes();
+            self.headers.push_spans_as_is(span(name), span(f.value));
+            match name.len() {
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    content_length(f.value, &mut length)
+                        .map_err(|()| HeadError::Bad("invalid or conflicting Content-Length"))?;
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => codings.add(f.value),
+                10 if name.eq_ignore_ascii_case(b"connection") => self.connection.add(f.value),
+                4 if name.eq_ignore_ascii_case(b"date") => self.has_date = true,
                 _ => {}
             }
         }

@@ -26,6 +26,7 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -77,7 +78,7 @@ where
         head_deadline: Deadline::new(),
         response_deadline: Deadline::new(),
     };
-    let drained = drain.clone().cancelled_owned();
+    let drained = drain.cancelled_owned();
     let mut drained = pin!(drained);
     let mut first = true;
     loop {
@@ -95,8 +96,9 @@ where
             }
         };
         first = false;
-        match session.request(len, drain.is_cancelled()).await {
-            Next::KeepGoing if !drain.is_cancelled() => {}
+        let draining = session.conn.socket.draining.load(Ordering::Relaxed);
+        match session.request(len, draining).await {
+            Next::KeepGoing if !session.conn.socket.draining.load(Ordering::Relaxed) => {}
             Next::KeepGoing | Next::Close => {
                 // TLS says goodbye (close_notify); plain TCP closes with the socket.
                 if session.conn.sni.is_some() {
@@ -521,6 +523,7 @@ where
         }
         let upstream_reusable = up.head.reusable(framing);
         if forwarding::has_response_filters(&rule.filters, backend_filters) {
+            up.head.headers.lowercase_names();
             forwarding::response_filters(&rule.filters, backend_filters, &mut up.head.headers);
         }
         let client_http10 = self.head.http10;

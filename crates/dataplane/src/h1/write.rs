@@ -8,17 +8,22 @@ use crate::headers::HeaderList;
 use http::StatusCode;
 
 /// Fields that describe one connection or one message's framing (RFC 9110 §7.6.1, RFC 9112),
-/// which a proxy writes itself rather than copying.
+/// which a proxy writes itself rather than copying. Any case: response names keep the
+/// backend's.
 fn hop_by_hop(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"connection"
-            | b"keep-alive"
-            | b"proxy-connection"
-            | b"transfer-encoding"
-            | b"upgrade"
-            | b"te"
-    )
+    let is = |lower: &[u8]| name.eq_ignore_ascii_case(lower);
+    match name.len() {
+        2 => is(b"te"),
+        7 => is(b"upgrade"),
+        10 => is(b"connection") || is(b"keep-alive"),
+        16 => is(b"proxy-connection"),
+        17 => is(b"transfer-encoding"),
+        _ => false,
+    }
+}
+
+fn is_content_length(name: &[u8]) -> bool {
+    name.len() == 14 && name.eq_ignore_ascii_case(b"content-length")
 }
 
 fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -159,7 +164,7 @@ pub(crate) fn client_response(out: &mut Vec<u8>, resp: &ResponseHead, how: &Clie
     let keep_length = how.framing == Framing::None && !matches!(resp.status, 100..=199 | 204);
     for (name, value) in resp.headers.iter() {
         match name {
-            b"content-length" if !keep_length => continue,
+            _ if !keep_length && is_content_length(name) => continue,
             _ if hop_by_hop(name) => continue,
             _ if resp.connection.others && listed_in_connection(&resp.headers, name) => continue,
             _ => field(out, name, value),
@@ -213,7 +218,7 @@ pub(crate) fn generated(
 ) {
     status_line(out, status.as_u16(), b"");
     for (name, value) in fields.iter() {
-        if name != b"content-length" && !hop_by_hop(name) {
+        if !is_content_length(name) && !hop_by_hop(name) {
             field(out, name, value);
         }
     }
@@ -305,7 +310,7 @@ mod tests {
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 OK\r\ndate: d\r\nx-kept: k\r\ntransfer-encoding: chunked\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nDate: d\r\nX-Kept: k\r\ntransfer-encoding: chunked\r\n\r\n"
         );
 
         // To an HTTP/1.0 client an unknown length means closing; a known one allows keep-alive.
@@ -355,7 +360,7 @@ mod tests {
         assert!(
             String::from_utf8(out)
                 .unwrap()
-                .contains("content-length: 2\r\n")
+                .contains("Content-Length: 2\r\n")
         );
     }
 
