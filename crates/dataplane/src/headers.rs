@@ -147,6 +147,16 @@ impl HeaderList {
         self.fields.len()
     }
 
+    /// The buffer the spans point into.
+    pub(crate) fn buf(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Every field as (name, value) spans, in order.
+    pub(crate) fn spans(&self) -> impl Iterator<Item = (Span, Span)> + '_ {
+        self.fields.iter().map(|f| (f.name, f.value))
+    }
+
     /// Every field as (name, value) bytes, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.fields

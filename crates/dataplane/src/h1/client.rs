@@ -7,6 +7,7 @@
 
 use super::body::Decoder;
 use super::pool::{Conn, Pool};
+use crate::headers::HeaderList;
 use crate::upstream::{BoxError, UpstreamError};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
@@ -24,8 +25,6 @@ pub(crate) async fn send(
     pool: &Arc<Pool>,
     parts: &http::request::Parts,
 ) -> Result<Response<PooledBody>, UpstreamError> {
-    let mut head = Vec::with_capacity(512);
-    write_head(&mut head, parts);
     let idempotent = matches!(
         parts.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -35,7 +34,9 @@ pub(crate) async fn send(
         None => pool.connect().await.map_err(UpstreamError::Connect)?,
     };
     let len = loop {
-        match exchange(&mut up, &head).await {
+        up.out.clear();
+        write_head(&mut up.out, parts);
+        match exchange(&mut up).await {
             Ok(len) => break len,
             // A kept-alive connection the backend closed meanwhile: once more on a new one.
             Err(Failure::Closed) if up.reused && idempotent => {
@@ -57,15 +58,7 @@ pub(crate) async fn send(
             "interim response to a bodiless request".into(),
         ));
     }
-    let mut headers = HeaderMap::with_capacity(up.head.headers.iter().count());
-    for (name, value) in up.head.headers.iter() {
-        // Names are lowercase tokens and values field-content: both as httparse checked them.
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
-        else {
-            continue;
-        };
-        headers.append(name, value);
-    }
+    let headers = header_map(&up.head.headers);
     let reusable = up.head.reusable(framing);
     up.buf.consume(len);
     let mut body = PooledBody {
@@ -84,20 +77,38 @@ pub(crate) async fn send(
     Ok(resp)
 }
 
+/// The response fields as a `HeaderMap`. The values are slices of one copy of the head, so
+/// the map costs one allocation for all values rather than one per field.
+fn header_map(fields: &HeaderList) -> HeaderMap {
+    let raw = Bytes::copy_from_slice(fields.buf());
+    let mut headers = HeaderMap::with_capacity(fields.spans().count());
+    for (name, value) in fields.spans() {
+        // Names are tokens and values field-content, as httparse checked them.
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&raw[name.range()]),
+            HeaderValue::from_maybe_shared(raw.slice(value.range())),
+        ) else {
+            continue;
+        };
+        headers.append(name, value);
+    }
+    headers
+}
+
 enum Failure {
     /// End of stream or reset before any response byte.
     Closed,
     Io(io::Error),
 }
 
-/// Writes the head, reads the final response head (interim responses skipped: the client
-/// sent no body to continue with). Returns the head's length in the buffer.
-async fn exchange(up: &mut Conn, head: &[u8]) -> Result<usize, Failure> {
+/// Writes the head in `up.out`, reads the final response head (interim responses skipped: the
+/// client sent no body to continue with). Returns the head's length in the buffer.
+async fn exchange(up: &mut Conn) -> Result<usize, Failure> {
     let closed = |e: io::Error| match e.kind() {
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Failure::Closed,
         _ => Failure::Io(e),
     };
-    up.io.write_all(head).await.map_err(closed)?;
+    up.io.write_all(&up.out).await.map_err(closed)?;
     up.io.flush().await.map_err(closed)?;
     let mut received = false;
     loop {

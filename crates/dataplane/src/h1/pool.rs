@@ -97,6 +97,8 @@ pub(crate) struct Conn {
     pub io: Io,
     pub buf: ReadBuf,
     pub head: ResponseHead,
+    /// Request heads written by the hyper path's client (reused).
+    pub out: Vec<u8>,
     /// Came from the pool (it carried a request before): a failure before any response byte
     /// may be a close that raced the request.
     pub reused: bool,
@@ -191,6 +193,7 @@ impl Pool {
             io,
             buf: ReadBuf::new(READ_BUFFER),
             head: ResponseHead::default(),
+            out: Vec::new(),
             reused: false,
         }))
     }
