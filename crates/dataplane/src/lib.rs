@@ -24,6 +24,7 @@ mod router;
 mod stream;
 mod tls;
 mod upstream;
+mod workers;
 
 pub use h1::set_worker_index;
 pub use metrics::Metrics;
@@ -60,6 +61,9 @@ pub struct Options {
     /// Worker threads serving connections: pooled upstream connections are kept per worker
     /// (see [`set_worker_index`]).
     pub workers: usize,
+    /// Serve connections on `workers` dedicated threads, each running its own single-threaded
+    /// runtime (the binary does); otherwise on the runtime that calls [`DataPlane::apply`].
+    pub dedicated_workers: bool,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             max_header_bytes: 64 * 1024,
             tls_handshake_timeout: Duration::from_secs(10),
             workers: std::thread::available_parallelism().map_or(1, usize::from),
+            dedicated_workers: false,
         }
     }
 }
@@ -111,6 +116,8 @@ pub(crate) struct Shared {
     pub connect_timeout: Duration,
     pub tls_handshake_timeout: Duration,
     pub h1: h1::Settings,
+    /// The runtimes connections are served on; `None`: the caller's.
+    pub workers: Option<workers::Workers>,
 }
 
 /// The running data plane. Cheap to share; all methods take `&self`.
@@ -186,6 +193,16 @@ impl DataPlane {
                 header_read_timeout: options.header_read_timeout,
                 max_head: options.max_header_bytes.max(8 * 1024),
             },
+            workers: options
+                .dedicated_workers
+                .then(|| workers::Workers::start(options.workers))
+                .and_then(|started| {
+                    started
+                        .inspect_err(|error| {
+                            warn!(%error, "cannot start worker threads; serving on the main runtime");
+                        })
+                        .ok()
+                }),
         };
         Arc::new(DataPlane {
             shared: Arc::new(shared),
@@ -250,7 +267,7 @@ impl DataPlane {
             socket.stop.cancel();
         }
         for (address, socket) in removed {
-            let _ = socket.accept.await;
+            socket.closed().await;
             info!(%address, "listener removed; its connections drain");
         }
 
@@ -261,10 +278,11 @@ impl DataPlane {
                 socket.state.table.store(Arc::new(table));
                 continue;
             }
-            match listeners::bind(address) {
-                Ok(listener) => {
-                    let stop = self.shared.draining.child_token();
-                    let socket = listeners::start(listener, table, self.shared.clone(), stop);
+            let stop = self.shared.draining.child_token();
+            match listeners::bind(address)
+                .and_then(|listener| listeners::start(listener, table, self.shared.clone(), stop))
+            {
+                Ok(socket) => {
                     sockets.insert(address, socket);
                     info!(%address, "listening");
                 }
@@ -288,7 +306,7 @@ impl DataPlane {
         }
         self.shared.draining.cancel();
         for socket in sockets {
-            let _ = socket.accept.await;
+            socket.closed().await;
         }
         self.shared.tasks.close();
         if tokio::time::timeout(grace, self.shared.tasks.wait())

@@ -46,42 +46,87 @@ pub(crate) struct BoundSocket {
     pub state: Arc<SocketShared>,
     /// Cancelled to stop accepting; the socket's connections then drain gracefully.
     pub stop: CancellationToken,
-    /// Ends (closing the listening socket) promptly after `stop`.
-    pub accept: JoinHandle<()>,
+    /// One accept loop per worker; they end (closing the listening socket) promptly after
+    /// `stop`.
+    pub accept: Vec<JoinHandle<()>>,
 }
 
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+impl BoundSocket {
+    /// Waits until every accept loop has ended (after `stop`), so the address can be rebound.
+    pub async fn closed(self) {
+        for accept in self.accept {
+            let _ = accept.await;
+        }
+    }
+}
+
+pub(crate) fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // Lets a restarted or re-applied listener bind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
+/// Starts accepting on `listener`: on every worker runtime in `workers` (each polls its own
+/// duplicate of the socket; whichever is free first takes a new connection, which then stays
+/// on that worker), or on the current runtime when there are none.
 pub(crate) fn start(
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     table: SocketTable,
     shared: Arc<Shared>,
     stop: CancellationToken,
-) -> BoundSocket {
+) -> io::Result<BoundSocket> {
     let state = Arc::new(SocketShared {
         table: ArcSwap::from_pointee(table),
         shared: shared.clone(),
         draining: AtomicBool::new(false),
     });
-    let accept = shared
-        .tasks
-        .spawn(accept_loop(listener, state.clone(), stop.clone()));
-    BoundSocket {
+    let accept = match shared.workers.as_ref().map(|w| w.handles()) {
+        Some(handles) if !handles.is_empty() => {
+            // Duplicates of one descriptor (closed here once every worker holds its own).
+            let sockets = handles
+                .iter()
+                .map(|_| listener.try_clone())
+                .collect::<io::Result<Vec<_>>>()?;
+            sockets
+                .into_iter()
+                .zip(handles)
+                .map(|(socket, handle)| {
+                    shared
+                        .tasks
+                        .spawn_on(accept_loop(socket, state.clone(), stop.clone()), handle)
+                })
+                .collect()
+        }
+        _ => vec![
+            shared
+                .tasks
+                .spawn(accept_loop(listener, state.clone(), stop.clone())),
+        ],
+    };
+    Ok(BoundSocket {
         state,
         stop,
         accept,
-    }
+    })
 }
 
-async fn accept_loop(listener: TcpListener, socket: Arc<SocketShared>, stop: CancellationToken) {
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    socket: Arc<SocketShared>,
+    stop: CancellationToken,
+) {
+    // Registered here, in the runtime (and so the epoll) of the worker that runs this loop.
+    let listener = match TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            warn!(%error, "cannot register listening socket");
+            return;
+        }
+    };
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,

@@ -705,6 +705,22 @@ async fn upgrade_is_spliced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reapply_moves_traffic_and_closes_removed_addresses() {
+    reapply_scenario(Options::default()).await;
+}
+
+/// The same on dedicated worker runtimes (as the binary runs): every worker's accept loop
+/// stops when an address is removed, and the address can be bound again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reapply_on_dedicated_workers() {
+    reapply_scenario(Options {
+        workers: 3,
+        dedicated_workers: true,
+        ..Options::default()
+    })
+    .await;
+}
+
+async fn reapply_scenario(options: Options) {
     let a = start_backend("a").await;
     let b = start_backend("b").await;
     let p1 = free_port();
@@ -725,7 +741,7 @@ async fn reapply_moves_traffic_and_closes_removed_addresses() {
             vec![http1("a", vec![a]), http1("b", vec![b])],
         )
     };
-    let (dp, _) = dataplane(Options::default()).await;
+    let (dp, _) = dataplane(options).await;
     apply_ok(&dp, &to("a", &[p1, p2])).await;
     assert_eq!(get(p1, "h", "/").await.seen().backend, "a");
     assert_eq!(get(p2, "h", "/").await.seen().backend, "a");

@@ -130,18 +130,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_logging(cli.log_format);
     let workers = worker_count(cli.workers);
-    let next_index = std::sync::atomic::AtomicUsize::new(0);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        // Upstream connection pools keep a shard per thread; numbering threads as they start
-        // spreads workers over the shards (blocking-pool threads take a shard too, harmlessly).
-        .on_thread_start(move || {
-            let index = next_index.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            gatehouse_dataplane::set_worker_index(index);
-        })
-        .build()
-        .expect("tokio runtime");
+    // `run` and `controller` serve connections on their own worker threads (see
+    // gatehouse_dataplane::Options::dedicated_workers); this runtime only carries the control
+    // plane and the admin server. `echo` serves on it.
+    let main_threads = match cli.command {
+        Command::Echo { .. } => workers,
+        _ => 1,
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(main_threads).enable_all();
+    let runtime = runtime.build().expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(run_options(args, workers))
@@ -226,6 +224,7 @@ fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Opti
         default_request_timeout: (!a.request_timeout.is_zero()).then_some(a.request_timeout),
         header_read_timeout: a.header_read_timeout,
         workers,
+        dedicated_workers: true,
         ..Default::default()
     }
 }

@@ -86,7 +86,12 @@ impl Gateway {
             admin_address: "127.0.0.1:0".parse().unwrap(),
             default_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             shutdown_grace: Duration::from_secs(5),
-            dataplane: Default::default(),
+            // As the binary serves: connections on two worker threads of their own.
+            dataplane: gatehouse_dataplane::Options {
+                workers: 2,
+                dedicated_workers: true,
+                ..Default::default()
+            },
         })
         .await
         .expect("gateway starts");
