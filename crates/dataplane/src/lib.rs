@@ -9,7 +9,8 @@
 //! modifiers, redirects, rewrites), `balancer` (weighted and round-robin choice), `upstream`
 //! (clients, backend TLS, hop-by-hop hygiene, upgrades), `proxy` (the request path),
 //! `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls` (certificates, server and
-//! client configurations, ClientHello peek), `stream` (TCP forwarding for TLSRoute), `metrics`.
+//! client configurations, ClientHello peek), `stream` (TCP forwarding for TLSRoute), `h1` (the
+//! HTTP/1.1 path and backend pools), `workers` (per-thread runtimes connections run on), `metrics`.
 
 mod balancer;
 mod compile;
