@@ -27,7 +27,6 @@ mod tls;
 mod upstream;
 mod workers;
 
-pub use h1::set_worker_index;
 pub use metrics::Metrics;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -36,7 +35,6 @@ use listeners::BoundSocket;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -59,8 +57,7 @@ pub struct Options {
     pub max_header_bytes: usize,
     /// A TLS client must finish its handshake (ClientHello included) within this time.
     pub tls_handshake_timeout: Duration,
-    /// Worker threads serving connections: pooled upstream connections are kept per worker
-    /// (see [`set_worker_index`]).
+    /// Worker threads serving connections: pooled upstream connections are kept per worker.
     pub workers: usize,
     /// Serve connections on `workers` dedicated threads, each running its own single-threaded
     /// runtime (the binary does); otherwise on the runtime that calls [`DataPlane::apply`].
@@ -194,16 +191,15 @@ impl DataPlane {
                 header_read_timeout: options.header_read_timeout,
                 max_head: options.max_header_bytes.max(8 * 1024),
             },
-            workers: options
-                .dedicated_workers
-                .then(|| workers::Workers::start(options.workers))
-                .and_then(|started| {
-                    started
-                        .inspect_err(|error| {
-                            warn!(%error, "cannot start worker threads; serving on the main runtime");
-                        })
-                        .ok()
-                }),
+            workers: if options.dedicated_workers {
+                workers::Workers::start(options.workers)
+                    .inspect_err(|error| {
+                        warn!(%error, "cannot start worker threads; serving on the main runtime");
+                    })
+                    .ok()
+            } else {
+                None
+            },
         };
         Arc::new(DataPlane {
             shared: Arc::new(shared),
@@ -264,8 +260,7 @@ impl DataPlane {
                 .collect()
         };
         for (_, socket) in &removed {
-            socket.state.draining.store(true, Ordering::Relaxed);
-            socket.stop.cancel();
+            socket.stop_accepting();
         }
         for (address, socket) in removed {
             socket.closed().await;
@@ -303,7 +298,7 @@ impl DataPlane {
         let _serial = self.apply_lock.lock().await;
         let sockets: Vec<BoundSocket> = self.sockets().drain().map(|(_, s)| s).collect();
         for socket in &sockets {
-            socket.state.draining.store(true, Ordering::Relaxed);
+            socket.stop_accepting();
         }
         self.shared.draining.cancel();
         for socket in sockets {

@@ -22,7 +22,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::ReadBuf;
@@ -52,6 +52,13 @@ pub(crate) struct BoundSocket {
 }
 
 impl BoundSocket {
+    /// Stops accepting; the socket's connections finish their current request and close.
+    pub fn stop_accepting(&self) {
+        // The flag first: connections read it after each request, the token wakes idle ones.
+        self.state.draining.store(true, Ordering::Relaxed);
+        self.stop.cancel();
+    }
+
     /// Waits until every accept loop has ended (after `stop`), so the address can be rebound.
     pub async fn closed(self) {
         for accept in self.accept {
@@ -84,29 +91,25 @@ pub(crate) fn start(
         shared: shared.clone(),
         draining: AtomicBool::new(false),
     });
-    let accept = match shared.workers.as_ref().map(|w| w.handles()) {
-        Some(handles) if !handles.is_empty() => {
-            // Duplicates of one descriptor (closed here once every worker holds its own).
-            let sockets = handles
-                .iter()
-                .map(|_| listener.try_clone())
-                .collect::<io::Result<Vec<_>>>()?;
-            sockets
-                .into_iter()
-                .zip(handles)
-                .map(|(socket, handle)| {
-                    shared
-                        .tasks
-                        .spawn_on(accept_loop(socket, state.clone(), stop.clone()), handle)
-                })
-                .collect()
-        }
-        _ => vec![
+    let current = [tokio::runtime::Handle::current()];
+    let runtimes = shared
+        .workers
+        .as_ref()
+        .map_or(&current[..], |w| w.handles());
+    // Duplicates of one descriptor (the original closes here once every runtime holds one).
+    let sockets = runtimes
+        .iter()
+        .map(|_| listener.try_clone())
+        .collect::<io::Result<Vec<_>>>()?;
+    let accept = sockets
+        .into_iter()
+        .zip(runtimes)
+        .map(|(socket, runtime)| {
             shared
                 .tasks
-                .spawn(accept_loop(listener, state.clone(), stop.clone())),
-        ],
-    };
+                .spawn_on(accept_loop(socket, state.clone(), stop.clone()), runtime)
+        })
+        .collect();
     Ok(BoundSocket {
         state,
         stop,

@@ -30,7 +30,7 @@ impl Workers {
             std::thread::Builder::new()
                 .name(format!("gatehouse-worker-{index}"))
                 .spawn(move || {
-                    crate::set_worker_index(index);
+                    crate::h1::set_worker_index(index);
                     runtime.block_on(stop.cancelled());
                 })?;
         }

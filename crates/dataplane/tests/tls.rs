@@ -149,9 +149,21 @@ fn client_config(
     Arc::new(config)
 }
 
-/// Accepts any server certificate (to look at an expired one).
+/// Accepts any server certificate (to look at an expired one, or at which key a server picks)
+/// and offers `.0` in signature_algorithms, like a client that can verify only some key types.
 #[derive(Debug)]
-struct AcceptAnything;
+struct AcceptAnything(Vec<SignatureScheme>);
+
+impl AcceptAnything {
+    /// Offering every scheme the provider verifies.
+    fn all_schemes() -> Self {
+        AcceptAnything(
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes(),
+        )
+    }
+}
 
 impl ServerCertVerifier for AcceptAnything {
     fn verify_server_cert(
@@ -181,48 +193,6 @@ impl ServerCertVerifier for AcceptAnything {
         _: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
         Ok(HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// Accepts any server certificate but offers only `schemes` in signature_algorithms, like a
-/// client that can only verify some key types.
-#[derive(Debug)]
-struct OnlySchemes(Vec<SignatureScheme>);
-
-impl ServerCertVerifier for OnlySchemes {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        AcceptAnything.verify_server_cert(end_entity, intermediates, name, ocsp, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        AcceptAnything.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        AcceptAnything.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -1564,7 +1534,7 @@ async fn expired_certificate_is_served_and_its_expiry_exported() {
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnything))
+        .with_custom_certificate_verifier(Arc::new(AcceptAnything::all_schemes()))
         .with_no_client_auth();
     lenient.alpn_protocols = vec![b"http/1.1".to_vec()];
     let lenient = Arc::new(lenient);
@@ -1806,7 +1776,7 @@ async fn rsa_and_ecdsa_certificates_share_a_listener() {
             .with_safe_default_protocol_versions()
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(OnlySchemes(schemes)))
+            .with_custom_certificate_verifier(Arc::new(AcceptAnything(schemes)))
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let stream = connect(port, name, &Arc::new(config)).await.unwrap();

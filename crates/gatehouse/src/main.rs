@@ -137,9 +137,11 @@ fn main() -> ExitCode {
         Command::Echo { .. } => workers,
         _ => 1,
     };
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.worker_threads(main_threads).enable_all();
-    let runtime = runtime.build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(main_threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(run_options(args, workers))

@@ -53,9 +53,10 @@ pub(crate) async fn send(
     let framing = up.head.framing(parts.method == Method::HEAD);
     let status = StatusCode::from_u16(up.head.status)
         .map_err(|e| UpstreamError::Failed(Box::new(e) as BoxError))?;
-    if up.head.status == 101 || (100..200).contains(&up.head.status) {
+    // `exchange` skipped the other 1xx; a 101 without an Upgrade request is an error.
+    if up.head.status == 101 {
         return Err(UpstreamError::Failed(
-            "interim response to a bodiless request".into(),
+            "switching protocols without an upgrade request".into(),
         ));
     }
     let headers = header_map(&up.head.headers);

@@ -21,5 +21,5 @@ mod session;
 mod write;
 
 pub(crate) use pool::Pool;
-pub use pool::set_worker_index;
+pub(crate) use pool::set_worker_index;
 pub(crate) use session::{Outcome, Settings, serve};

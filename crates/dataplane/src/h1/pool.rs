@@ -31,9 +31,9 @@ thread_local! {
     static SHARD: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Tells the HTTP/1 pools which worker this thread is (the binary calls it when it starts a
+/// Tells the HTTP/1 pools which worker this thread is (`workers.rs` calls it when it starts a
 /// worker thread). Threads that never call it share shard 0.
-pub fn set_worker_index(index: usize) {
+pub(crate) fn set_worker_index(index: usize) {
     SHARD.with(|s| s.set(index));
 }
 
