@@ -67,21 +67,54 @@ impl BoundSocket {
     }
 }
 
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+/// Binds `addr` once per accepting runtime: one socket when there is one, otherwise a
+/// `SO_REUSEPORT` group with a socket per worker. The kernel then hands each new connection to
+/// exactly one worker's socket, where a shared socket in every worker's epoll would wake all of
+/// them for each connection (mio cannot ask for `EPOLLEXCLUSIVE`).
+pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    if count <= 1 {
+        return Ok(vec![listen(socket_for(addr, false)?, addr)?]);
+    }
+    // SO_REUSEPORT would also let us join a group some other process of this user is already
+    // listening with, silently splitting its traffic. A plain socket bound first refuses that
+    // (EADDRINUSE), holds the port (and picks it, for port 0) until the group is bound, and is
+    // then closed without ever listening.
+    let guard = socket_for(addr, false)?;
+    guard.bind(&addr.into())?;
+    let addr = guard
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("bound address is not an IP address"))?;
+    (0..count)
+        .map(|_| listen(socket_for(addr, true)?, addr))
+        .collect()
+}
+
+fn socket_for(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // Lets a restarted or re-applied listener bind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
+    socket.set_reuse_port(reuse_port)?;
     socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+fn listen(socket: Socket, addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     Ok(socket.into())
 }
 
-/// Starts accepting on `listener`: on every worker runtime in `workers` (each polls its own
-/// duplicate of the socket; whichever is free first takes a new connection, which then stays
-/// on that worker), or on the current runtime when there are none.
+/// How many accept loops (and so listening sockets) each address gets.
+pub(crate) fn accepting_runtimes(shared: &Shared) -> usize {
+    shared.workers.as_ref().map_or(1, |w| w.handles().len())
+}
+
+/// Starts accepting: one accept loop per worker runtime in `workers`, each on its own socket of
+/// `listeners` (a connection stays on the worker that accepted it), or on the current runtime
+/// when there are none.
 pub(crate) fn start(
-    listener: std::net::TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     table: SocketTable,
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -96,12 +129,12 @@ pub(crate) fn start(
         .workers
         .as_ref()
         .map_or(&current[..], |w| w.handles());
-    // Duplicates of one descriptor (the original closes here once every runtime holds one).
-    let sockets = runtimes
-        .iter()
-        .map(|_| listener.try_clone())
-        .collect::<io::Result<Vec<_>>>()?;
-    let accept = sockets
+    if listeners.len() != runtimes.len() {
+        return Err(io::Error::other(
+            "one listening socket per accepting runtime",
+        ));
+    }
+    let accept = listeners
         .into_iter()
         .zip(runtimes)
         .map(|(socket, runtime)| {
@@ -187,7 +220,7 @@ async fn connection(
 ) {
     let active = ActiveConn::new(&socket.shared.metrics);
     if socket.table.load().tls {
-        serve_tls(stream, peer, socket, drain, active).await;
+        Box::pin(serve_tls(stream, peer, socket, drain, active)).await;
     } else {
         serve_http(stream, peer, socket, drain, None, false, active).await;
     }
@@ -337,14 +370,21 @@ async fn serve_http<I>(
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
     let conn = Arc::new(ConnContext::new(socket, client_ip, sni, active));
     if alpn_h2 {
-        return serve_hyper(io, peer, conn, drain, &shared).await;
+        return Box::pin(serve_hyper(io, peer, conn, drain, &shared)).await;
     }
     let outcome = tokio::select! {
         outcome = h1::serve(io, conn.clone(), drain.clone(), shared.h1) => outcome,
         () = shared.kill.cancelled() => return,
     };
     if let h1::Outcome::Handoff(io, pending) = outcome {
-        serve_hyper(Prefixed::new(pending, io), peer, conn, drain, &shared).await;
+        Box::pin(serve_hyper(
+            Prefixed::new(pending, io),
+            peer,
+            conn,
+            drain,
+            &shared,
+        ))
+        .await;
     }
 }
 
@@ -443,5 +483,62 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind;
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    fn any_port() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[test]
+    fn a_worker_group_shares_one_port_and_each_socket_accepts() {
+        let group = bind(any_port(), 3).unwrap();
+        let addr = group[0].local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        for socket in &group {
+            assert_eq!(socket.local_addr().unwrap(), addr);
+        }
+        // The kernel spreads connections over the group by their addresses: with enough of
+        // them, every socket gets some (the chance that one of three gets none of 60 is ~1e-10).
+        let clients: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut accepted = 0;
+        for socket in &group {
+            let mut here = 0;
+            while let Ok((mut conn, _)) = socket.accept() {
+                conn.set_nonblocking(false).unwrap();
+                conn.write_all(b"x").unwrap();
+                here += 1;
+            }
+            assert!(here > 0, "a socket of the group accepted nothing");
+            accepted += here;
+        }
+        assert_eq!(accepted, clients.len());
+        let mut byte = [0u8; 1];
+        for mut client in clients {
+            client.read_exact(&mut byte).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_worker_group_does_not_join_a_port_someone_listens_on() {
+        // Another group (say, a second Gatehouse of the same user) on the port.
+        let first = bind(any_port(), 2).unwrap();
+        let taken = first[0].local_addr().unwrap();
+        let error = bind(taken, 2).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::AddrInUse);
+        // A plain listener.
+        let plain = TcpListener::bind(any_port()).unwrap();
+        let error = bind(plain.local_addr().unwrap(), 2).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::AddrInUse);
+        // Once the first group is gone the port is free again.
+        drop(first);
+        assert_eq!(bind(taken, 2).unwrap().len(), 2);
     }
 }
