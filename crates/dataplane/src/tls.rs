@@ -304,6 +304,10 @@ fn build_server_config(
     let mut config = builder.with_cert_resolver(Arc::new(ListenerCerts(keys.into())));
     // The provider's order (see `crypto_provider`), not the client's.
     config.ignore_client_order = true;
+    // Stateless session tickets (a random key per config, rotated by rustls every 6 hours), so
+    // any number of clients can resume; the default is a server-side cache of 256 sessions,
+    // which a listener's clients evict from each other once there are more than ~128 of them.
+    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
     if http {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     }

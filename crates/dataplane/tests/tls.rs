@@ -1814,3 +1814,54 @@ async fn rsa_and_ecdsa_certificates_share_a_listener() {
     );
     dp.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_after_hundreds_of_other_clients() {
+    let be = start_http_backend("a").await;
+    let ca = Ca::new("test ca");
+    let port = free_port();
+    let cfg = config(
+        vec![https_listener(
+            "https",
+            port,
+            Some("svc.example.com"),
+            "default/svc",
+            "a",
+        )],
+        vec![cluster("a", vec![be], None)],
+        vec![certificate(
+            "default/svc",
+            &ca.server(&["svc.example.com"], 1),
+        )],
+    );
+    let (dp, _) = dataplane();
+    apply_ok(&dp, &cfg).await;
+    // Each ClientConfig keeps its own sessions: these are distinct clients to the server.
+    let first = client_config(&[&ca.pem], &[], None);
+    let answer = https_get(port, "svc.example.com", &first, "/")
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let resumed = connect(port, "svc.example.com", &first).await.unwrap();
+    assert_eq!(
+        resumed.get_ref().1.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed)
+    );
+    drop(resumed);
+    // More clients than a server-side session cache of 256 entries (two tickets each) keeps.
+    for _ in 0..300 {
+        let other = client_config(&[&ca.pem], &[], None);
+        https_get(port, "svc.example.com", &other, "/")
+            .await
+            .unwrap();
+    }
+    let stream = connect(port, "svc.example.com", &first).await.unwrap();
+    assert_eq!(
+        stream.get_ref().1.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed),
+        "the first client's session was forgotten"
+    );
+    let answer = get_on(stream, "svc.example.com", "/").await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    dp.shutdown(Duration::from_secs(1)).await;
+}
