@@ -240,29 +240,25 @@ impl RequestMatcher {
     }
 }
 
-/// Query parameters, split on first use only. Holds raw slices; names are compared
-/// percent-decoded on the fly, so the only allocation is the one list.
+/// Query parameters, read only when a rule matches on one. Each lookup scans the raw query:
+/// routes match on one or two parameters, and a scan of a short query costs less than
+/// allocating a list of them (which cost a query-routed request 6% more instructions than a
+/// path-routed one). Names are compared percent-decoded on the fly.
 pub(crate) struct LazyQuery<'r> {
     raw: Option<&'r str>,
-    params: Option<Vec<(&'r str, &'r str)>>,
 }
 
 impl<'r> LazyQuery<'r> {
     pub(crate) fn new(raw: Option<&'r str>) -> Self {
-        LazyQuery { raw, params: None }
+        LazyQuery { raw }
     }
 
     /// The raw value of the first parameter called `name`.
-    pub(crate) fn get(&mut self, name: &str) -> Option<&'r str> {
-        let raw = self.raw?;
-        let params = self.params.get_or_insert_with(|| {
-            raw.split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| p.split_once('=').unwrap_or((p, "")))
-                .collect()
-        });
-        params
-            .iter()
+    pub(crate) fn get(&self, name: &str) -> Option<&'r str> {
+        self.raw?
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').unwrap_or((p, "")))
             .find(|(n, _)| {
                 if needs_decoding(n) {
                     percent_decoded(n).eq(name.bytes())
@@ -270,7 +266,7 @@ impl<'r> LazyQuery<'r> {
                     *n == name
                 }
             })
-            .map(|&(_, v)| v)
+            .map(|(_, v)| v)
     }
 }
 
