@@ -95,6 +95,9 @@ fn socket_for(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     // Lets a restarted or re-applied listener bind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(reuse_port)?;
+    // Accepted connections inherit it (Linux, BSDs): one system call per socket, not per
+    // connection.
+    socket.set_tcp_nodelay(true)?;
     socket.set_nonblocking(true)?;
     Ok(socket)
 }
@@ -170,7 +173,6 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
                 socket
                     .shared
                     .tasks
@@ -512,6 +514,7 @@ mod tests {
         for socket in &group {
             let mut here = 0;
             while let Ok((mut conn, _)) = socket.accept() {
+                assert!(conn.nodelay().unwrap(), "TCP_NODELAY is not inherited");
                 conn.set_nonblocking(false).unwrap();
                 conn.write_all(b"x").unwrap();
                 here += 1;
