@@ -275,9 +275,7 @@ impl DataPlane {
                 continue;
             }
             let stop = self.shared.draining.child_token();
-            match listeners::bind(address, listeners::accepting_runtimes(&self.shared))
-                .and_then(|listener| listeners::start(listener, table, self.shared.clone(), stop))
-            {
+            match listeners::start(address, table, self.shared.clone(), stop) {
                 Ok(socket) => {
                     sockets.insert(address, socket);
                     info!(%address, "listening");

@@ -108,35 +108,26 @@ fn listen(socket: Socket, addr: SocketAddr) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
-/// How many accept loops (and so listening sockets) each address gets.
-pub(crate) fn accepting_runtimes(shared: &Shared) -> usize {
-    shared.workers.as_ref().map_or(1, |w| w.handles().len())
-}
-
-/// Starts accepting: one accept loop per worker runtime in `workers`, each on its own socket of
-/// `listeners` (a connection stays on the worker that accepted it), or on the current runtime
-/// when there are none.
+/// Binds `addr` and starts accepting: one accept loop per worker runtime, each on its own socket
+/// (a connection stays on the worker that accepted it), or on the current runtime when there are
+/// no workers.
 pub(crate) fn start(
-    listeners: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
     table: SocketTable,
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) -> io::Result<BoundSocket> {
-    let state = Arc::new(SocketShared {
-        table: ArcSwap::from_pointee(table),
-        shared: shared.clone(),
-        draining: AtomicBool::new(false),
-    });
     let current = [tokio::runtime::Handle::current()];
     let runtimes = shared
         .workers
         .as_ref()
         .map_or(&current[..], |w| w.handles());
-    if listeners.len() != runtimes.len() {
-        return Err(io::Error::other(
-            "one listening socket per accepting runtime",
-        ));
-    }
+    let listeners = bind(addr, runtimes.len())?;
+    let state = Arc::new(SocketShared {
+        table: ArcSwap::from_pointee(table),
+        shared: shared.clone(),
+        draining: AtomicBool::new(false),
+    });
     let accept = listeners
         .into_iter()
         .zip(runtimes)
