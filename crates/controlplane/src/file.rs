@@ -11,19 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use gatehouse_translate::Input;
-use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
-use gateway_api::apis::standard::gatewayclasses::GatewayClass;
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::httproutes::{
-    HttpRoute, HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType,
-};
-use gateway_api::apis::standard::referencegrants::ReferenceGrant;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use gatehouse_translate::kinds::{Kind, KindVisitor, for_each_kind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
 use crate::locate::{self, Document, Seg, key};
@@ -102,60 +91,16 @@ struct Parsed {
 
 #[derive(Clone, Debug)]
 struct Located {
-    object: Object,
+    object: Arc<dyn Object>,
     /// File line of `metadata.name` (or of the start of the object).
     line: usize,
 }
 
-#[derive(Clone, Debug)]
-enum Object {
-    GatewayClass(GatewayClass),
-    Gateway(Gateway),
-    HttpRoute(HttpRoute),
-    ReferenceGrant(ReferenceGrant),
-    Service(Service),
-    EndpointSlice(EndpointSlice),
-    Namespace(Namespace),
-    TlsRoute(TlsRoute),
-    BackendTlsPolicy(BackendTlsPolicy),
-    Secret(Secret),
-    ConfigMap(ConfigMap),
-}
-
-type Key = (&'static str, String, String);
-
-impl Object {
-    fn kind(&self) -> &'static str {
-        match self {
-            Object::GatewayClass(_) => "GatewayClass",
-            Object::Gateway(_) => "Gateway",
-            Object::HttpRoute(_) => "HTTPRoute",
-            Object::ReferenceGrant(_) => "ReferenceGrant",
-            Object::Service(_) => "Service",
-            Object::EndpointSlice(_) => "EndpointSlice",
-            Object::Namespace(_) => "Namespace",
-            Object::TlsRoute(_) => "TLSRoute",
-            Object::BackendTlsPolicy(_) => "BackendTLSPolicy",
-            Object::Secret(_) => "Secret",
-            Object::ConfigMap(_) => "ConfigMap",
-        }
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        match self {
-            Object::GatewayClass(o) => &o.metadata,
-            Object::Gateway(o) => &o.metadata,
-            Object::HttpRoute(o) => &o.metadata,
-            Object::ReferenceGrant(o) => &o.metadata,
-            Object::Service(o) => &o.metadata,
-            Object::EndpointSlice(o) => &o.metadata,
-            Object::Namespace(o) => &o.metadata,
-            Object::TlsRoute(o) => &o.metadata,
-            Object::BackendTlsPolicy(o) => &o.metadata,
-            Object::Secret(o) => &o.metadata,
-            Object::ConfigMap(o) => &o.metadata,
-        }
-    }
+/// An object of any registered kind, as a file holds it.
+trait Object: std::fmt::Debug + Send + Sync {
+    fn kind(&self) -> String;
+    fn meta(&self) -> &ObjectMeta;
+    fn push_into(&self, input: &mut Input);
 
     fn key(&self) -> Key {
         let meta = self.meta();
@@ -165,23 +110,23 @@ impl Object {
             meta.name.clone().unwrap_or_default(),
         )
     }
+}
 
-    fn push_into(self, input: &mut Input) {
-        match self {
-            Object::GatewayClass(o) => input.gateway_classes.push(o),
-            Object::Gateway(o) => input.gateways.push(o),
-            Object::HttpRoute(o) => input.http_routes.push(o),
-            Object::ReferenceGrant(o) => input.reference_grants.push(o),
-            Object::Service(o) => input.services.push(o),
-            Object::EndpointSlice(o) => input.endpoint_slices.push(o),
-            Object::Namespace(o) => input.namespaces.push(o),
-            Object::TlsRoute(o) => input.tls_routes.push(o),
-            Object::BackendTlsPolicy(o) => input.backend_tls_policies.push(o),
-            Object::Secret(o) => input.secrets.push(o),
-            Object::ConfigMap(o) => input.config_maps.push(o),
-        }
+impl<K: Kind> Object for K {
+    fn kind(&self) -> String {
+        K::kind_name()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        kube::Resource::meta(self)
+    }
+
+    fn push_into(&self, input: &mut Input) {
+        input.push(self.clone());
     }
 }
+
+type Key = (String, String, String);
 
 fn display_key((kind, ns, name): &Key) -> String {
     if ns.is_empty() {
@@ -342,7 +287,7 @@ fn contribute(
             continue;
         }
         seen.insert(key, (path.to_owned(), o.line));
-        o.object.clone().push_into(input);
+        o.object.push_into(input);
     }
 }
 
@@ -508,28 +453,6 @@ impl Ctx<'_> {
     }
 }
 
-const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
-
-/// (group, kind, accepted versions, namespaced)
-const KINDS: &[(&str, &str, &[&str], bool)] = &[
-    (GATEWAY_GROUP, "GatewayClass", &["v1", "v1beta1"], false),
-    (GATEWAY_GROUP, "Gateway", &["v1", "v1beta1"], true),
-    (GATEWAY_GROUP, "HTTPRoute", &["v1", "v1beta1"], true),
-    (GATEWAY_GROUP, "ReferenceGrant", &["v1", "v1beta1"], true),
-    ("", "Service", &["v1"], true),
-    ("", "Namespace", &["v1"], false),
-    ("discovery.k8s.io", "EndpointSlice", &["v1"], true),
-    (
-        GATEWAY_GROUP,
-        "TLSRoute",
-        &["v1", "v1alpha3", "v1alpha2"],
-        true,
-    ),
-    (GATEWAY_GROUP, "BackendTLSPolicy", &["v1", "v1alpha3"], true),
-    ("", "Secret", &["v1"], true),
-    ("", "ConfigMap", &["v1"], true),
-];
-
 fn parse_value(
     ctx: &Ctx<'_>,
     value: &Value,
@@ -589,51 +512,94 @@ fn parse_value(
         return;
     }
 
-    let Some(&(_, _, versions, namespaced)) =
-        KINDS.iter().find(|(g, k, _, _)| *g == group && *k == kind)
-    else {
-        let supported = "GatewayClass, Gateway, HTTPRoute, TLSRoute, ReferenceGrant, \
-            BackendTLSPolicy (gateway.networking.k8s.io/v1), Service, Namespace, Secret, \
-            ConfigMap (v1), EndpointSlice (discovery.k8s.io/v1)";
+    let mut visit = ParseKind {
+        ctx,
+        group,
+        version,
+        kind,
+        api_version,
+        parsed,
+        found: false,
+        object: None,
+    };
+    for_each_kind(&mut visit);
+    if !visit.found {
         parsed.errors.push(ctx.error(
             ctx.path_line(&[key("kind")]),
-            format!("unknown kind {kind:?} (apiVersion {api_version}); supported: {supported}"),
-        ));
-        return;
-    };
-    if !versions.contains(&version) {
-        parsed.errors.push(ctx.error(
-            ctx.path_line(&[key("apiVersion")]),
             format!(
-                "unsupported apiVersion {api_version} for {kind}; supported versions: {}",
-                versions.join(", ")
+                "unknown kind {kind:?} (apiVersion {api_version}); supported: {}",
+                supported_kinds()
             ),
         ));
         return;
     }
-
-    let object = match kind {
-        "GatewayClass" => typed(ctx, kind, namespaced, parsed).map(Object::GatewayClass),
-        "Gateway" => typed(ctx, kind, namespaced, parsed).map(Object::Gateway),
-        "HTTPRoute" => typed(ctx, kind, namespaced, parsed).map(|r: HttpRoute| {
-            check_regexes(ctx, &r, parsed);
-            Object::HttpRoute(r)
-        }),
-        "ReferenceGrant" => typed(ctx, kind, namespaced, parsed).map(Object::ReferenceGrant),
-        "Service" => typed(ctx, kind, namespaced, parsed).map(Object::Service),
-        "Namespace" => typed(ctx, kind, namespaced, parsed).map(Object::Namespace),
-        "EndpointSlice" => typed(ctx, kind, namespaced, parsed).map(Object::EndpointSlice),
-        "TLSRoute" => typed(ctx, kind, namespaced, parsed).map(Object::TlsRoute),
-        "BackendTLSPolicy" => typed(ctx, kind, namespaced, parsed).map(Object::BackendTlsPolicy),
-        "Secret" => typed(ctx, kind, namespaced, parsed).map(Object::Secret),
-        "ConfigMap" => typed(ctx, kind, namespaced, parsed).map(Object::ConfigMap),
-        _ => unreachable!("every kind of KINDS is handled"),
-    };
-    if let Some(object) = object {
+    if let Some(object) = visit.object {
         objects.push(Located {
             object,
             line: ctx.path_line(&[key("metadata"), key("name")]),
         });
+    }
+}
+
+/// Every registered kind with its apiVersions, for the unknown-kind error.
+fn supported_kinds() -> String {
+    struct List(Vec<String>);
+    impl KindVisitor for List {
+        fn visit<K: Kind>(&mut self) {
+            let group = K::group(&());
+            let group = if group.is_empty() {
+                String::new()
+            } else {
+                format!("{group}/")
+            };
+            self.0
+                .push(format!("{} ({group}{})", K::kind_name(), K::VERSIONS[0]));
+        }
+    }
+    let mut list = List(Vec::new());
+    for_each_kind(&mut list);
+    list.0.join(", ")
+}
+
+/// Finds the registered kind of a document and reads it as that kind.
+struct ParseKind<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    group: &'c str,
+    version: &'c str,
+    kind: &'c str,
+    api_version: &'c str,
+    parsed: &'c mut Parsed,
+    found: bool,
+    object: Option<Arc<dyn Object>>,
+}
+
+impl KindVisitor for ParseKind<'_, '_> {
+    fn visit<K: Kind>(&mut self) {
+        if self.found || K::group(&()) != self.group || K::kind_name() != self.kind {
+            return;
+        }
+        self.found = true;
+        let ctx = self.ctx;
+        if !K::VERSIONS.contains(&self.version) {
+            self.parsed.errors.push(ctx.error(
+                ctx.path_line(&[key("apiVersion")]),
+                format!(
+                    "unsupported apiVersion {} for {}; supported versions: {}",
+                    self.api_version,
+                    self.kind,
+                    K::VERSIONS.join(", ")
+                ),
+            ));
+            return;
+        }
+        let Some(object) = typed::<K>(ctx, self.kind, K::NAMESPACED, self.parsed) else {
+            return;
+        };
+        for finding in object.findings() {
+            let line = finding_line(ctx, &finding.path, finding.value.as_deref());
+            self.parsed.errors.push(ctx.error(line, finding.message));
+        }
+        self.object = Some(Arc::new(object));
     }
 }
 
@@ -680,7 +646,7 @@ fn parse_list(
 /// the name and defaults the namespace.
 fn typed<K>(ctx: &Ctx<'_>, kind: &str, namespaced: bool, parsed: &mut Parsed) -> Option<K>
 where
-    K: DeserializeOwned + kube::Resource,
+    K: serde::de::DeserializeOwned + kube::Resource,
 {
     let de = serde_yaml::Deserializer::from_str(ctx.doc.text);
     let mut ignored = Vec::new();
@@ -726,72 +692,15 @@ where
     Some(object)
 }
 
-/// Compiles every RegularExpression match of the route the way the data plane anchors it
-/// (`^(?:re)$`, Rust `regex` syntax) and reports the ones that do not compile.
-fn check_regexes(ctx: &Ctx<'_>, route: &HttpRoute, parsed: &mut Parsed) {
-    let rules = route.spec.rules.as_deref().unwrap_or_default();
-    for (r, rule) in rules.iter().enumerate() {
-        for (m, matched) in rule
-            .matches
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-        {
-            let base = [
-                key("spec"),
-                key("rules"),
-                Seg::Index(r),
-                key("matches"),
-                Seg::Index(m),
-            ];
-            let mut check = |value: &str, tail: &[Seg]| {
-                let Err(e) = regex::Regex::new(&format!("^(?:{value})$")) else {
-                    return;
-                };
-                let path: Vec<Seg> = base.iter().chain(tail).cloned().collect();
-                let line = regex_line(ctx, &path, value);
-                parsed.errors.push(ctx.error(
-                    line,
-                    format!(
-                        "{}: invalid regular expression {value:?}: {}",
-                        locate::display_path(&path),
-                        regex_error(&e)
-                    ),
-                ));
-            };
-            if let Some(p) = &matched.path
-                && p.r#type == Some(HttpRouteRulesMatchesPathType::RegularExpression)
-                && let Some(v) = &p.value
-            {
-                check(v, &[key("path"), key("value")]);
-            }
-            for (h, header) in matched.headers.iter().flatten().enumerate() {
-                if header.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression) {
-                    check(
-                        &header.value,
-                        &[key("headers"), Seg::Index(h), key("value")],
-                    );
-                }
-            }
-            for (q, query) in matched.query_params.iter().flatten().enumerate() {
-                if query.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression) {
-                    check(
-                        &query.value,
-                        &[key("queryParams"), Seg::Index(q), key("value")],
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// The line of a regex value: found by its path when that line holds the value, else by
+/// The line of a finding: found by its path when that line holds the value, else by
 /// searching the text for the value, else the path's deepest ancestor.
-fn regex_line(ctx: &Ctx<'_>, path: &[Seg], value: &str) -> usize {
+fn finding_line(ctx: &Ctx<'_>, path: &[Seg], value: Option<&str>) -> usize {
     if ctx.fixed_line.is_some() {
         return ctx.start_line();
     }
+    let Some(value) = value else {
+        return ctx.path_line(path);
+    };
     let lines: Vec<&str> = ctx.doc.text.lines().collect();
     let escaped = value.replace('\\', "\\\\");
     let holds = |l: usize| {
@@ -805,19 +714,5 @@ fn regex_line(ctx: &Ctx<'_>, path: &[Seg], value: &str) -> usize {
             Some(l) => ctx.line(l),
             None => found.map_or_else(|| ctx.start_line(), |l| ctx.line(l)),
         },
-    }
-}
-
-/// The one-line gist of a regex error (syntax errors print the pattern and a caret).
-fn regex_error(e: &regex::Error) -> String {
-    match e {
-        regex::Error::Syntax(s) => s
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_owned())
-            .unwrap_or_else(|| s.clone()),
-        other => other.to_string(),
     }
 }

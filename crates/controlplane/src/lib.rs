@@ -1,13 +1,18 @@
-//! Configuration sources and the object store.
-//!
-//! Today: the file source used by `gatehouse run -f <dir|file>` ([`FileSource`]) and its
-//! file-system watcher ([`watch()`]). Later: the Kubernetes source, the status writer and
-//! leader election.
+//! The control plane: sources of objects (YAML files, the Kubernetes API), the one reconcile
+//! loop that turns them into configurations and status, and where status goes.
 
 mod file;
 pub mod kubernetes;
 mod locate;
+pub mod metrics;
+pub mod reconcile;
+pub mod source;
+pub mod state;
+pub mod status_report;
 mod watch;
 
 pub use file::{FileSource, LoadError, Loaded};
+pub use reconcile::{Applied, Publisher, Reconciler, StatusSink};
+pub use source::{Source, SourceSnapshot, WatchedFiles};
+pub use state::{ControlState, Published};
 pub use watch::{Watch, watch};

@@ -6,8 +6,6 @@
 //! For those, this module walks the text: good enough for block-style YAML as people write
 //! it; when it cannot find a key it answers with the deepest ancestor it found.
 
-use std::fmt::Write as _;
-
 /// One YAML document of a file: a slice of the file text and the file line it starts on.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Document<'a> {
@@ -79,34 +77,12 @@ pub(crate) fn split_documents(content: &str) -> Vec<Document<'_>> {
     docs
 }
 
-/// One step of a path into a YAML object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Seg {
-    Key(String),
-    Index(usize),
-}
+/// One step of a path into a YAML object (the registry's field path segment).
+pub(crate) use gatehouse_translate::kinds::PathSegment as Seg;
+pub(crate) use gatehouse_translate::kinds::display_path;
 
 pub(crate) fn key(k: &str) -> Seg {
     Seg::Key(k.to_owned())
-}
-
-/// `spec.rules[0].matches`
-pub(crate) fn display_path(segs: &[Seg]) -> String {
-    let mut s = String::new();
-    for seg in segs {
-        match seg {
-            Seg::Key(k) => {
-                if !s.is_empty() {
-                    s.push('.');
-                }
-                s.push_str(k);
-            }
-            Seg::Index(i) => {
-                let _ = write!(s, "[{i}]");
-            }
-        }
-    }
-    s
 }
 
 /// Converts a serde_ignored path to segments (dropping `Option`/newtype wrappers).

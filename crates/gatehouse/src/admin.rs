@@ -7,7 +7,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
     loop {
@@ -51,14 +50,12 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" => {
-            if state.ready.load(Ordering::Acquire) {
+            if state.control.is_ready() {
                 // An unreachable API server does not make the data plane unready: it keeps
                 // serving the last configuration, and says so.
-                let api = match &state.api_connected {
-                    Some(c) if !c.load(Ordering::Acquire) => {
-                        "kubernetes api: unreachable, serving the last configuration\n"
-                    }
-                    Some(_) => "kubernetes api: connected\n",
+                let api = match state.control.api_connected() {
+                    Some(false) => "kubernetes api: unreachable, serving the last configuration\n",
+                    Some(true) => "kubernetes api: connected\n",
                     None => "",
                 };
                 respond(StatusCode::OK, "text/plain", format!("ready\n{api}"))
@@ -86,7 +83,7 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
             }
         }
         "/config_dump" => {
-            let snap = state.snapshot.load();
+            let snap = state.control.published.load();
             // Private keys never leave the process through the admin endpoint.
             let mut config = serde_json::to_value(&*snap.config).unwrap_or_default();
             for cert in config["certificates"].as_array_mut().into_iter().flatten() {
@@ -99,11 +96,12 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
             }))
         }
         "/status" => {
-            let snap = state.snapshot.load();
+            let snap = state.control.published.load();
             json(&serde_json::json!({
                 "generation": snap.generation,
                 "errors": snap.errors,
                 "bind_errors": snap.bind_errors,
+                "diagnostics": snap.diagnostics,
                 "objects": snap.objects,
             }))
         }

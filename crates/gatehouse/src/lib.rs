@@ -2,7 +2,5 @@
 
 pub mod admin;
 pub mod controller;
-pub mod echo;
 pub mod run;
-pub mod status_report;
 pub mod telemetry;

@@ -1,7 +1,8 @@
 //! The `gatehouse` command.
 
 use clap::{Parser, Subcommand};
-use gatehouse::{controller, echo, run, status_report, telemetry};
+use gatehouse::{controller, run, telemetry};
+use gatehouse_controlplane::status_report;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +47,9 @@ enum Command {
         #[arg(short = 'o', long, default_value = "yaml", value_parser = ["yaml", "json"])]
         output: String,
     },
-    /// A small backend that answers with JSON describing each request.
+    /// A small backend that answers with JSON describing each request (examples and tests;
+    /// built with the default `echo` feature, left out of the production image).
+    #[cfg(feature = "echo")]
     Echo {
         #[arg(long, default_value = "127.0.0.1:9001")]
         listen: SocketAddr,
@@ -134,6 +137,7 @@ fn main() -> ExitCode {
     // gatehouse_dataplane::Options::dedicated_workers); this runtime only carries the control
     // plane and the admin server. `echo` serves on it.
     let main_threads = match cli.command {
+        #[cfg(feature = "echo")]
         Command::Echo { .. } => workers,
         _ => 1,
     };
@@ -151,9 +155,12 @@ fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Status { path, output } => Ok(status(path, &output)),
-            Command::Echo { listen, name } => echo::run(echo::EchoOptions { listen, name })
-                .await
-                .map(|()| ExitCode::SUCCESS),
+            #[cfg(feature = "echo")]
+            Command::Echo { listen, name } => {
+                gatehouse_echo::run(gatehouse_echo::EchoOptions { listen, name })
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
+            }
         }
     });
     match result {
@@ -240,7 +247,7 @@ fn status(path: PathBuf, output: &str) -> ExitCode {
     }
     let out = gatehouse_translate::translate(&loaded.input, &Default::default());
     let mut st = out.status;
-    status_report::stamp(
+    gatehouse_translate::stamp_status(
         &mut st,
         &Default::default(),
         k8s_openapi::jiff::Timestamp::now(),

@@ -9,6 +9,13 @@
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 
+/// A regular expression of a route match as Gatehouse runs it: anchored at both ends, so it
+/// must match the whole path or value (`^(?:re)$`; the group keeps alternations inside the
+/// anchors). Translate checks with this what the data plane will compile.
+pub fn anchored_regex(re: &str) -> String {
+    format!("^(?:{re})$")
+}
+
 /// Everything the data plane serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {

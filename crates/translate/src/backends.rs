@@ -2,8 +2,7 @@
 
 use crate::conditions::names::*;
 use crate::objects::{ObjectKey, age_key};
-pub use crate::refs::From;
-use crate::refs::Refs;
+use crate::refs::{Referrer, Refs};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType,
@@ -112,7 +111,7 @@ impl<'a> Backends<'a> {
     }
 
     /// Resolve a backendRef to the name of a cluster (registering the cluster), or say why not.
-    pub fn resolve(&mut self, from: From, r: &BackendRef) -> Result<String, RefProblem> {
+    pub fn resolve(&mut self, from: Referrer, r: &BackendRef) -> Result<String, RefProblem> {
         let group = r.group.unwrap_or("");
         let kind = r.kind.unwrap_or("Service");
         if !group.is_empty() || kind != "Service" {

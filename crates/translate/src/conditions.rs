@@ -95,15 +95,8 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
         }
     }
-    for (key, s) in &mut status.http_routes {
-        let old = previous.http_routes.get(key);
-        for p in &mut s.parents {
-            let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
-            each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
-        }
-    }
-    for (key, s) in &mut status.tls_routes {
-        let old = previous.tls_routes.get(key);
+    for (key, s) in &mut status.routes {
+        let old = previous.routes.get(key);
         for p in &mut s.parents {
             let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
             each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);

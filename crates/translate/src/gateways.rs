@@ -2,7 +2,7 @@
 
 use crate::conditions::{condition, names::*};
 use crate::listener_tls::{self, Problem, TlsProblem};
-use crate::objects::{ObjectKey, age_key, selector_matches};
+use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, selector_matches};
 use crate::refs::Refs;
 use crate::{Options, SUPPORTED_FEATURES};
 use gatehouse_ir as ir;
@@ -16,8 +16,6 @@ use gateway_api::apis::standard::gateways::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-
-pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 /// Statuses of the GatewayClasses that name our controller, and the names of the accepted ones.
 pub fn classes(
@@ -261,17 +259,9 @@ fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> (Option<IpAddr>,
     }
 }
 
-fn supported_kinds(protocol: &str) -> &'static [&'static str] {
-    match protocol {
-        "HTTP" | "HTTPS" => &["HTTPRoute"],
-        "TLS" => &["TLSRoute"],
-        _ => &[],
-    }
-}
-
 fn listener(l: &GatewayListeners) -> ListenerCtx {
     let protocol = l.protocol.clone();
-    let supported = supported_kinds(&protocol);
+    let supported = crate::routes::kinds_for_protocol(&protocol);
     let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_ref())
         == Some(&gateway_api::apis::standard::gateways::GatewayListenersTlsMode::Passthrough);
     let unsupported_protocol = if supported.is_empty() {
@@ -295,7 +285,7 @@ fn listener(l: &GatewayListeners) -> ListenerCtx {
             let mut kinds = Vec::new();
             for k in list {
                 let group = k.group.clone().unwrap_or_else(|| GATEWAY_GROUP.to_string());
-                if group == GATEWAY_GROUP && supported.contains(&k.kind.as_str()) {
+                if group == GATEWAY_GROUP && supported.contains(&k.kind) {
                     kinds.push((group, k.kind.clone()));
                 } else {
                     conditions.invalid_kinds.push(format!("{group}/{}", k.kind));

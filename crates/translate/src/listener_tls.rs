@@ -3,11 +3,15 @@
 
 use crate::certificates;
 use crate::conditions::names::*;
-use crate::gateways::GATEWAY_GROUP;
+use crate::objects::GATEWAY_GROUP;
 use crate::objects::ObjectKey;
-use crate::refs::{From, Refs};
+use crate::refs::{Referrer, Refs};
 use gatehouse_ir as ir;
-use gateway_api::apis::standard::gateways::{Gateway, GatewayListeners, GatewayListenersTlsMode};
+use gateway_api::apis::standard::gateways::{
+    Gateway, GatewayListeners, GatewayListenersTlsMode, GatewayTlsFrontendDefaultValidation,
+    GatewayTlsFrontendDefaultValidationMode, GatewayTlsFrontendPerPortTlsValidation,
+    GatewayTlsFrontendPerPortTlsValidationMode,
+};
 use std::collections::BTreeMap;
 
 /// Why a TLS reference cannot be used: (ResolvedRefs reason, message).
@@ -23,7 +27,7 @@ pub struct TlsProblem {
     pub no_valid_ca: bool,
 }
 
-impl std::convert::From<Problem> for TlsProblem {
+impl From<Problem> for TlsProblem {
     fn from(problem: Problem) -> Self {
         TlsProblem {
             problem,
@@ -51,7 +55,7 @@ pub fn secret_ref(
         ));
     }
     let ns = namespace.unwrap_or(gw_namespace);
-    let from = From {
+    let from = Referrer {
         group: GATEWAY_GROUP,
         kind: "Gateway",
         namespace: gw_namespace,
@@ -136,30 +140,72 @@ pub fn listener_tls(
     }))
 }
 
-/// Whether any of the Gateway's client certificate validations lets clients without a valid
-/// certificate through (mode AllowInsecureFallback): the Gateway says so in a condition.
-pub fn uses_insecure_fallback(gw: &Gateway) -> bool {
+/// Client certificate validation as both the default and the per-port blocks spell it (two
+/// generated types with the same fields).
+pub struct FrontendValidation {
+    pub ca_refs: Vec<CaRef>,
+    pub insecure_fallback: bool,
+}
+
+/// A caCertificateRef of client validation.
+pub struct CaRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+macro_rules! frontend_validation_from {
+    ($($ty:ty => $mode:ident),+) => {$(
+        impl From<&$ty> for FrontendValidation {
+            fn from(v: &$ty) -> Self {
+                FrontendValidation {
+                    ca_refs: v
+                        .ca_certificate_refs
+                        .iter()
+                        .map(|r| CaRef {
+                            group: r.group.clone(),
+                            kind: r.kind.clone(),
+                            name: r.name.clone(),
+                            namespace: r.namespace.clone(),
+                        })
+                        .collect(),
+                    insecure_fallback: matches!(v.mode, Some($mode::AllowInsecureFallback)),
+                }
+            }
+        }
+    )+};
+}
+frontend_validation_from!(
+    GatewayTlsFrontendDefaultValidation => GatewayTlsFrontendDefaultValidationMode,
+    GatewayTlsFrontendPerPortTlsValidation => GatewayTlsFrontendPerPortTlsValidationMode
+);
+
+/// Every client validation block of the Gateway (default first, then per port), with the port
+/// it applies to (`None` for the default).
+pub fn frontend_validations(gw: &Gateway) -> Vec<(Option<i32>, FrontendValidation)> {
     let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
-        return false;
+        return Vec::new();
     };
+    let default = frontend
+        .default
+        .validation
+        .as_ref()
+        .map(|v| (None, FrontendValidation::from(v)));
     let per_port = frontend
         .per_port
         .iter()
         .flatten()
-        .map(|p| validation_json(p.tls.validation.as_ref()));
-    std::iter::once(validation_json(frontend.default.validation.as_ref()))
-        .chain(per_port)
-        .any(|v| v.as_ref().is_some_and(insecure_fallback))
+        .filter_map(|p| p.tls.validation.as_ref().map(|v| (Some(p.port), v.into())));
+    default.into_iter().chain(per_port).collect()
 }
 
-/// The default and per-port validation blocks are two generated types with one JSON shape;
-/// both are read through it.
-fn validation_json<T: serde::Serialize>(v: Option<&T>) -> Option<serde_json::Value> {
-    v.and_then(|v| serde_json::to_value(v).ok())
-}
-
-fn insecure_fallback(validation: &serde_json::Value) -> bool {
-    validation.get("mode").and_then(|m| m.as_str()) == Some("AllowInsecureFallback")
+/// Whether any of the Gateway's client certificate validations lets clients without a valid
+/// certificate through (mode AllowInsecureFallback): the Gateway says so in a condition.
+pub fn uses_insecure_fallback(gw: &Gateway) -> bool {
+    frontend_validations(gw)
+        .iter()
+        .any(|(_, v)| v.insecure_fallback)
 }
 
 /// Client certificate validation for `port`: the per-port entry if there is one, else the
@@ -173,31 +219,18 @@ fn frontend_validation(
     let Some(frontend) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
         return Ok(None);
     };
-    let per_port = frontend.per_port.iter().flatten().find(|p| p.port == port);
-    let validation = match per_port {
-        Some(p) => validation_json(p.tls.validation.as_ref()),
-        None => validation_json(frontend.default.validation.as_ref()),
-    };
+    let validation: Option<FrontendValidation> =
+        match frontend.per_port.iter().flatten().find(|p| p.port == port) {
+            Some(p) => p.tls.validation.as_ref().map(Into::into),
+            None => frontend.default.validation.as_ref().map(Into::into),
+        };
     let Some(v) = validation else {
         return Ok(None);
     };
-    let insecure = insecure_fallback(&v);
     let mut bundle = String::new();
     let mut first_problem: Option<Problem> = None;
-    for r in v
-        .get("caCertificateRefs")
-        .and_then(|r| r.as_array())
-        .into_iter()
-        .flatten()
-    {
-        let s = |k: &str| {
-            r.get(k)
-                .and_then(|x| x.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let (group, kind, name) = (s("group"), s("kind"), s("name"));
-        match ca_ref(gw_ns, &group, &kind, &name, r.get("namespace"), refs) {
+    for r in &v.ca_refs {
+        match ca_ref(gw_ns, r, refs) {
             Ok(pem) => {
                 bundle.push_str(&pem);
                 if !bundle.ends_with('\n') {
@@ -228,30 +261,21 @@ fn frontend_validation(
     }
     Ok(Some(ir::ClientValidation {
         ca_pem: bundle,
-        allow_insecure_fallback: insecure,
+        allow_insecure_fallback: v.insecure_fallback,
     }))
 }
 
 /// One CA certificate reference of client validation: the PEM bundle of its ConfigMap.
-fn ca_ref(
-    gw_ns: &str,
-    group: &str,
-    kind: &str,
-    name: &str,
-    namespace: Option<&serde_json::Value>,
-    refs: &Refs,
-) -> Result<String, Problem> {
+fn ca_ref(gw_ns: &str, r: &CaRef, refs: &Refs) -> Result<String, Problem> {
+    let (group, kind, name) = (r.group.as_str(), r.kind.as_str(), r.name.as_str());
     if !group.is_empty() || kind != "ConfigMap" {
         return Err((
             INVALID_CA_CERTIFICATE_KIND,
             format!("caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap"),
         ));
     }
-    let ns = namespace
-        .and_then(|x| x.as_str())
-        .unwrap_or(gw_ns)
-        .to_string();
-    let from = From {
+    let ns = r.namespace.clone().unwrap_or_else(|| gw_ns.to_string());
+    let from = Referrer {
         group: GATEWAY_GROUP,
         kind: "Gateway",
         namespace: gw_ns,

@@ -5,6 +5,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The API group of every Gateway API kind.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
 /// `namespace/name` of a namespaced object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectKey {

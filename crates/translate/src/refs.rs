@@ -3,11 +3,11 @@
 use crate::objects::{ObjectKey, namespace};
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// A reference from an object of (group, kind) in `namespace`.
+/// The object a reference comes from: (group, kind) in `namespace`, as ReferenceGrants name it.
 #[derive(Clone, Copy)]
-pub struct From<'a> {
+pub struct Referrer<'a> {
     pub group: &'a str,
     pub kind: &'a str,
     pub namespace: &'a str,
@@ -42,7 +42,7 @@ impl<'a> Refs<'a> {
     /// across namespaces only with a ReferenceGrant in the target namespace.
     pub fn permitted(
         &self,
-        from: From,
+        from: Referrer,
         to_group: &str,
         to_kind: &str,
         to_namespace: &str,
@@ -65,4 +65,63 @@ impl<'a> Refs<'a> {
                     })
                 })
     }
+}
+
+/// The Secrets that Gateways reference: listener certificates and backend client certificates.
+/// A source that cannot hold every Secret (the Kubernetes one) fetches exactly these.
+pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
+    let mut out = BTreeSet::new();
+    for gw in &input.gateways {
+        let ns = namespace(&gw.metadata);
+        let certificate_refs = gw
+            .spec
+            .listeners
+            .iter()
+            .flat_map(|l| l.tls.iter())
+            .flat_map(|t| t.certificate_refs.iter().flatten())
+            .filter(|r| {
+                r.kind.as_deref().unwrap_or("Secret") == "Secret"
+                    && r.group.as_deref().unwrap_or("").is_empty()
+            })
+            .map(|r| (r.namespace.as_ref(), &r.name));
+        let client_certificate = gw
+            .spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.backend.as_ref())
+            .and_then(|b| b.client_certificate_ref.as_ref())
+            .map(|r| (r.namespace.as_ref(), &r.name));
+        for (r_ns, name) in certificate_refs.chain(client_certificate) {
+            out.insert(ObjectKey::new(r_ns.unwrap_or(&ns).clone(), name.clone()));
+        }
+    }
+    out
+}
+
+/// The ConfigMaps that Gateways (client validation) and BackendTLSPolicies reference (CA
+/// bundles).
+pub fn referenced_config_maps(input: &crate::Input) -> BTreeSet<ObjectKey> {
+    let mut out = BTreeSet::new();
+    for gw in &input.gateways {
+        let ns = namespace(&gw.metadata);
+        for (_, validation) in crate::listener_tls::frontend_validations(gw) {
+            for r in validation.ca_refs {
+                if r.kind == "ConfigMap" && r.group.is_empty() {
+                    out.insert(ObjectKey::new(
+                        r.namespace.unwrap_or_else(|| ns.clone()),
+                        r.name,
+                    ));
+                }
+            }
+        }
+    }
+    for p in &input.backend_tls_policies {
+        let ns = namespace(&p.metadata);
+        for r in p.spec.validation.ca_certificate_refs.iter().flatten() {
+            if r.kind == "ConfigMap" && r.group.is_empty() {
+                out.insert(ObjectKey::new(ns.clone(), r.name.clone()));
+            }
+        }
+    }
+    out
 }

@@ -3,39 +3,10 @@
 
 use gatehouse_ir as ir;
 use gatehouse_translate::{Input, ObjectKey, Options, Output, translate};
-use serde::Deserialize;
+use gateway_api::apis::standard::{httproutes::HttpRoute, tlsroutes::TlsRoute};
 
 fn input(yaml: &str) -> Input {
-    let mut input = Input::default();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v = serde_yaml::Value::deserialize(doc).unwrap();
-        if v.is_null() {
-            continue;
-        }
-        let kind = v["kind"].as_str().unwrap().to_string();
-        match kind.as_str() {
-            "GatewayClass" => input
-                .gateway_classes
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Gateway" => input.gateways.push(serde_yaml::from_value(v).unwrap()),
-            "HTTPRoute" => input.http_routes.push(serde_yaml::from_value(v).unwrap()),
-            "TLSRoute" => input.tls_routes.push(serde_yaml::from_value(v).unwrap()),
-            "ReferenceGrant" => input
-                .reference_grants
-                .push(serde_yaml::from_value(v).unwrap()),
-            "BackendTLSPolicy" => input
-                .backend_tls_policies
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Service" => input.services.push(serde_yaml::from_value(v).unwrap()),
-            "EndpointSlice" => input
-                .endpoint_slices
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Secret" => input.secrets.push(serde_yaml::from_value(v).unwrap()),
-            "ConfigMap" => input.config_maps.push(serde_yaml::from_value(v).unwrap()),
-            other => panic!("unknown kind {other}"),
-        }
-    }
-    input
+    gatehouse_testkit::manifests::input(yaml)
 }
 
 fn run(yaml: &str) -> Output {
@@ -259,9 +230,15 @@ fn tls_port_sharing_and_route_kinds() {
     assert!(
         matches!(&l.tls_routes[0].backends[0].target, ir::BackendTarget::Cluster(c) if c == "default/tls-backend:443")
     );
-    let tls_status = &out.status.tls_routes[&ObjectKey::new("default", "t")];
+    let tls_status = out
+        .status
+        .route::<TlsRoute>(&ObjectKey::new("default", "t"))
+        .unwrap();
     assert_eq!(tls_status.parents[0].conditions[0].status, "True");
-    let h = &out.status.http_routes[&ObjectKey::new("default", "h")];
+    let h = out
+        .status
+        .route::<HttpRoute>(&ObjectKey::new("default", "h"))
+        .unwrap();
     assert_eq!(
         h.parents[0].conditions[0].reason, "NotAllowedByListeners",
         "HTTPRoute cannot use a TLS listener"
@@ -488,7 +465,10 @@ fn backend_tls_policy() {
         ("False", "NoValidCACertificate"),
         "no usable CA: the policy is not accepted"
     );
-    let route = &out.status.http_routes[&ObjectKey::new("default", "r")];
+    let route = out
+        .status
+        .route::<HttpRoute>(&ObjectKey::new("default", "r"))
+        .unwrap();
     let rr = route.parents[0]
         .conditions
         .iter()

@@ -3,35 +3,10 @@
 
 use gatehouse_ir as ir;
 use gatehouse_translate::{Input, ObjectKey, Options, Output, translate};
-use serde::Deserialize;
+use gateway_api::apis::standard::httproutes::HttpRoute;
 
 fn input(yaml: &str) -> Input {
-    let mut input = Input::default();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = serde_yaml::Value::deserialize(doc).unwrap();
-        if value.is_null() {
-            continue;
-        }
-        let kind = value["kind"].as_str().unwrap().to_string();
-        let v = value.clone();
-        match kind.as_str() {
-            "GatewayClass" => input
-                .gateway_classes
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Gateway" => input.gateways.push(serde_yaml::from_value(v).unwrap()),
-            "HTTPRoute" => input.http_routes.push(serde_yaml::from_value(v).unwrap()),
-            "ReferenceGrant" => input
-                .reference_grants
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Service" => input.services.push(serde_yaml::from_value(v).unwrap()),
-            "EndpointSlice" => input
-                .endpoint_slices
-                .push(serde_yaml::from_value(v).unwrap()),
-            "Namespace" => input.namespaces.push(serde_yaml::from_value(v).unwrap()),
-            other => panic!("unknown kind {other}"),
-        }
-    }
-    input
+    gatehouse_testkit::manifests::input(yaml)
 }
 
 fn run(yaml: &str) -> Output {
@@ -95,7 +70,10 @@ fn cond<'a>(
 }
 
 fn route_cond(out: &Output, name: &str, t: &str) -> (String, String) {
-    let st = &out.status.http_routes[&ObjectKey::new("default", name)];
+    let st = out
+        .status
+        .route::<HttpRoute>(&ObjectKey::new("default", name))
+        .unwrap();
     let (s, r) = cond(&st.parents[0].conditions, t);
     (s.to_string(), r.to_string())
 }
@@ -295,7 +273,10 @@ fn route_attachment_reasons() {
             route("r", route_ns, &pr(section))
         );
         let out = run(&yaml);
-        let st = &out.status.http_routes[&ObjectKey::new(route_ns, "r")];
+        let st = out
+            .status
+            .route::<HttpRoute>(&ObjectKey::new(route_ns, "r"))
+            .unwrap();
         let (s, r) = cond(&st.parents[0].conditions, "Accepted");
         assert_eq!(
             (s.to_string(), r.to_string()),
@@ -363,7 +344,7 @@ fn routes_for_other_gateways_get_no_status() {
         gateway(HTTP_LISTENER),
         route("r", "default", "  parentRefs: [{name: elsewhere}]")
     );
-    assert!(run(&yaml).status.http_routes.is_empty());
+    assert!(run(&yaml).status.routes_of::<HttpRoute>().next().is_none());
 }
 
 #[test]

@@ -1,9 +1,13 @@
-//! Kubernetes: the source that watches the API, the status writer, and leader election.
+//! Kubernetes: the source that watches the API, the status writer, leader election, and the
+//! addresses Gateways get in controller mode.
 
+pub mod addresses;
 mod leader;
+mod sink;
 mod source;
 mod status;
 
 pub use leader::{LeaderElection, LeaseOptions};
-pub use source::{KubeSource, referenced};
-pub use status::StatusWriter;
+pub use sink::KubeStatus;
+pub use source::KubeSource;
+pub use status::{StatusWriter, Written};

@@ -1,24 +1,20 @@
-//! The Kubernetes source: reflectors of every kind translate reads, one consistent snapshot
+//! The Kubernetes source: a reflector for every kind of the registry, one consistent snapshot
 //! on demand, and a change notification that coalesces bursts (no debounce timer).
 //!
-//! Secrets and ConfigMaps are not mirrored wholesale: only the ones that Gateways and
-//! BackendTLSPolicies reference are watched, each with a name field selector, so the
-//! controller never holds every Secret of the cluster in memory.
+//! Kinds watched `Referenced` (Secrets, ConfigMaps) are not mirrored wholesale: only the
+//! objects the other kinds reference are watched, each with a field selector on its namespace
+//! and name, so the controller never holds every Secret of the cluster in memory.
 
 use futures_util::StreamExt;
-use gatehouse_translate::{Input, ObjectKey};
-use gateway_api::apis::standard::{
-    backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    httproutes::HttpRoute, referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
+use futures_util::future::BoxFuture;
+use gatehouse_translate::kinds::{
+    Kind, KindScope, KindVisitor, ScopeVisitor, Watch, for_each_kind,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use gatehouse_translate::{Input, ObjectKey};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,17 +60,13 @@ impl Signals {
 }
 
 /// Keep `writer`'s store in sync with `api`, notifying on every change, until aborted.
-fn spawn_reflector<K>(
+fn spawn_reflector<K: Kind>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     signals: Arc<Signals>,
-) -> JoinHandle<()>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let what = K::kind(&Default::default()).to_string();
+) -> JoinHandle<()> {
+    let what = K::kind_name();
     tokio::spawn(async move {
         let mut was_failing = false;
         let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
@@ -91,53 +83,75 @@ where
     })
 }
 
-fn watch_all<K>(
-    client: &Client,
-    signals: &Arc<Signals>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store();
-    tasks.push(spawn_reflector(
-        Api::<K>::all(client.clone()),
-        watcher::Config::default(),
-        writer,
-        Arc::clone(signals),
-    ));
-    reader
+/// One kind's objects as the source keeps them, whatever the kind.
+trait Mirror: Send + Sync {
+    fn kind(&self) -> String;
+    /// `Some(required)` for kinds listed wholesale, `None` for referenced ones.
+    fn required(&self) -> Option<bool>;
+    fn wait_until_ready(&self) -> BoxFuture<'_, bool>;
+    /// Adds the kind's objects to `input`. Referenced kinds first adjust their watches to
+    /// what `input` references (a newly referenced object arrives with a later change).
+    fn fill(&self, input: &mut Input);
+    fn stop(&self);
 }
 
-/// Watches of single named objects (referenced Secrets and ConfigMaps).
-struct Named<K: Resource + Clone + 'static>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    watches: BTreeMap<ObjectKey, (Store<K>, JoinHandle<()>)>,
+/// Every object of a kind, cluster-wide.
+struct All<K: Kind> {
+    store: Store<K>,
+    task: JoinHandle<()>,
+    required: bool,
 }
 
-impl<K> Named<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    fn new() -> Self {
-        Named {
-            watches: BTreeMap::new(),
-        }
+impl<K: Kind> Mirror for All<K> {
+    fn kind(&self) -> String {
+        K::kind_name()
     }
 
-    /// Watch exactly `wanted`: start what is new, stop what is no longer referenced.
-    fn set(&mut self, wanted: &BTreeSet<ObjectKey>, client: &Client, signals: &Arc<Signals>) {
-        self.watches.retain(|key, (_, task)| {
+    fn required(&self) -> Option<bool> {
+        Some(self.required)
+    }
+
+    fn wait_until_ready(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { self.store.wait_until_ready().await.is_ok() })
+    }
+
+    fn fill(&self, input: &mut Input) {
+        K::of_mut(input).extend(self.store.state().into_iter().map(|o| (*o).clone()));
+    }
+
+    fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+/// The store and the watch task of one referenced object.
+type OneObject<K> = (Store<K>, JoinHandle<()>);
+
+/// Only the objects of a kind that the rest of the snapshot references, each watched alone.
+struct Referenced<K: Kind> {
+    wanted: fn(&Input) -> BTreeSet<ObjectKey>,
+    client: Client,
+    signals: Arc<Signals>,
+    watches: Mutex<BTreeMap<ObjectKey, OneObject<K>>>,
+}
+
+impl<K: Kind> Mirror for Referenced<K> {
+    fn kind(&self) -> String {
+        K::kind_name()
+    }
+
+    fn required(&self) -> Option<bool> {
+        None
+    }
+
+    fn wait_until_ready(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+
+    fn fill(&self, input: &mut Input) {
+        let wanted = (self.wanted)(input);
+        let mut watches = self.watches.lock().expect("not poisoned");
+        watches.retain(|key, (_, task)| {
             let keep = wanted.contains(key);
             if !keep {
                 task.abort();
@@ -145,66 +159,65 @@ where
             keep
         });
         for key in wanted {
-            if self.watches.contains_key(key) {
+            if watches.contains_key(&key) {
                 continue;
             }
             let (reader, writer) = reflector::store();
-            let api = Api::<K>::namespaced(client.clone(), &key.namespace);
             let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name));
-            let task = spawn_reflector(api, config, writer, Arc::clone(signals));
-            self.watches.insert(key.clone(), (reader, task));
+            // In the object's namespace: RBAC may grant reading Secrets in some namespaces only.
+            let api = api_in::<K>(&self.client, &key.namespace);
+            let task = spawn_reflector(api, config, writer, Arc::clone(&self.signals));
+            watches.insert(key, (reader, task));
         }
+        K::of_mut(input).extend(
+            watches
+                .values()
+                .flat_map(|(store, _)| store.state())
+                .map(|o| (*o).clone()),
+        );
     }
 
-    fn objects(&self) -> Vec<K> {
-        self.watches
-            .values()
-            .flat_map(|(store, _)| store.state())
-            .map(|o| (*o).clone())
-            .collect()
+    fn stop(&self) {
+        let mut watches = self.watches.lock().expect("not poisoned");
+        for (_, (_, task)) in std::mem::take(&mut *watches) {
+            task.abort();
+        }
     }
+}
+
+/// A client for `K` in `namespace` (cluster-wide for cluster-scoped kinds).
+pub(crate) fn api_in<K: Kind>(client: &Client, namespace: &str) -> Api<K> {
+    struct In<'a>(&'a Client, &'a str);
+    impl<K: Kind> ScopeVisitor<K> for In<'_> {
+        type Output = Api<K>;
+        fn namespaced(self) -> Api<K>
+        where
+            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        {
+            Api::namespaced(self.0.clone(), self.1)
+        }
+        fn cluster(self) -> Api<K>
+        where
+            K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+        {
+            Api::all(self.0.clone())
+        }
+    }
+    <K::Scope as KindScope>::with_scope::<K, _>(In(client, namespace))
 }
 
 pub struct KubeSource {
     client: Client,
     signals: Arc<Signals>,
     changes: mpsc::Receiver<()>,
-    tasks: Vec<JoinHandle<()>>,
-    gateway_classes: Store<GatewayClass>,
-    gateways: Store<Gateway>,
-    http_routes: Store<HttpRoute>,
-    tls_routes: Store<TlsRoute>,
-    reference_grants: Store<ReferenceGrant>,
-    backend_tls_policies: Store<BackendTlsPolicy>,
-    services: Store<Service>,
-    endpoint_slices: Store<EndpointSlice>,
-    namespaces: Store<Namespace>,
-    secrets: Mutex<Named<Secret>>,
-    config_maps: Mutex<Named<ConfigMap>>,
+    /// In registry order; referenced kinds are filled after the others.
+    mirrors: Vec<Box<dyn Mirror>>,
 }
 
 impl Drop for KubeSource {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-        for (_, t) in self
-            .secrets
-            .get_mut()
-            .map(|s| std::mem::take(&mut s.watches))
-            .unwrap_or_default()
-            .into_values()
-        {
-            t.abort();
-        }
-        for (_, t) in self
-            .config_maps
-            .get_mut()
-            .map(|s| std::mem::take(&mut s.watches))
-            .unwrap_or_default()
-            .into_values()
-        {
-            t.abort();
+        for m in &self.mirrors {
+            m.stop();
         }
     }
 }
@@ -219,23 +232,51 @@ impl KubeSource {
             failing: AtomicUsize::new(0),
             connected: AtomicBool::new(true),
         });
-        let mut tasks = Vec::new();
+        struct Start<'a> {
+            client: &'a Client,
+            signals: &'a Arc<Signals>,
+            mirrors: Vec<Box<dyn Mirror>>,
+        }
+        impl KindVisitor for Start<'_> {
+            fn visit<K: Kind>(&mut self) {
+                let mirror: Box<dyn Mirror> = match K::WATCH {
+                    Watch::All { required } => {
+                        let (store, writer) = reflector::store();
+                        let task = spawn_reflector(
+                            Api::<K>::all(self.client.clone()),
+                            watcher::Config::default(),
+                            writer,
+                            Arc::clone(self.signals),
+                        );
+                        Box::new(All {
+                            store,
+                            task,
+                            required,
+                        })
+                    }
+                    Watch::Referenced(wanted) => Box::new(Referenced::<K> {
+                        wanted,
+                        client: self.client.clone(),
+                        signals: Arc::clone(self.signals),
+                        watches: Mutex::new(BTreeMap::new()),
+                    }),
+                };
+                self.mirrors.push(mirror);
+            }
+        }
+        let mut start = Start {
+            client: &client,
+            signals: &signals,
+            mirrors: Vec::new(),
+        };
+        for_each_kind(&mut start);
+        let mut mirrors = start.mirrors;
+        mirrors.sort_by_key(|m| m.required().is_none());
         KubeSource {
-            gateway_classes: watch_all(&client, &signals, &mut tasks),
-            gateways: watch_all(&client, &signals, &mut tasks),
-            http_routes: watch_all(&client, &signals, &mut tasks),
-            tls_routes: watch_all(&client, &signals, &mut tasks),
-            reference_grants: watch_all(&client, &signals, &mut tasks),
-            backend_tls_policies: watch_all(&client, &signals, &mut tasks),
-            services: watch_all(&client, &signals, &mut tasks),
-            endpoint_slices: watch_all(&client, &signals, &mut tasks),
-            namespaces: watch_all(&client, &signals, &mut tasks),
-            secrets: Mutex::new(Named::new()),
-            config_maps: Mutex::new(Named::new()),
             client,
             signals,
             changes: rx,
-            tasks,
+            mirrors,
         }
     }
 
@@ -247,20 +288,23 @@ impl KubeSource {
     /// kinds (TLSRoute, BackendTLSPolicy, ReferenceGrant) may have no CRD installed; they are
     /// given `optional_wait` and then treated as empty until they appear.
     pub async fn ready(&self, optional_wait: Duration) -> anyhow::Result<()> {
-        self.gateway_classes.wait_until_ready().await?;
-        self.gateways.wait_until_ready().await?;
-        self.http_routes.wait_until_ready().await?;
-        self.services.wait_until_ready().await?;
-        self.endpoint_slices.wait_until_ready().await?;
-        self.namespaces.wait_until_ready().await?;
-        let optional = async {
-            let _ = self.tls_routes.wait_until_ready().await;
-            let _ = self.reference_grants.wait_until_ready().await;
-            let _ = self.backend_tls_policies.wait_until_ready().await;
-        };
-        if tokio::time::timeout(optional_wait, optional).await.is_err() {
+        for m in self.mirrors.iter().filter(|m| m.required() == Some(true)) {
+            if !m.wait_until_ready().await {
+                anyhow::bail!("the watch of {} stopped before listing", m.kind());
+            }
+        }
+        let optional: Vec<&dyn Mirror> = self
+            .mirrors
+            .iter()
+            .filter(|m| m.required() == Some(false))
+            .map(AsRef::as_ref)
+            .collect();
+        let all = futures_util::future::join_all(optional.iter().map(|m| m.wait_until_ready()));
+        if tokio::time::timeout(optional_wait, all).await.is_err() {
+            let names: Vec<String> = optional.iter().map(|m| m.kind()).collect();
             tracing::warn!(
-                "TLSRoute, ReferenceGrant or BackendTLSPolicy could not be listed (CRD not installed?); continuing without them"
+                "some of {} could not be listed (CRD not installed?); continuing without them",
+                names.join(", ")
             );
         }
         Ok(())
@@ -278,112 +322,40 @@ impl KubeSource {
         self.signals.connected.load(Ordering::Acquire)
     }
 
-    /// The current objects, and the Secrets/ConfigMaps they reference (whose watches are
-    /// adjusted here: a newly referenced object arrives with a later change notification).
+    /// The current objects, and the Secrets/ConfigMaps they reference.
     pub fn snapshot(&self) -> Input {
-        fn all<K: Resource + Clone>(s: &Store<K>) -> Vec<K>
-        where
-            K::DynamicType: Eq + std::hash::Hash + Clone,
-        {
-            s.state().into_iter().map(|o| (*o).clone()).collect()
+        let mut input = Input::default();
+        for m in &self.mirrors {
+            m.fill(&mut input);
         }
-        let mut input = Input {
-            gateway_classes: all(&self.gateway_classes),
-            gateways: all(&self.gateways),
-            http_routes: all(&self.http_routes),
-            tls_routes: all(&self.tls_routes),
-            reference_grants: all(&self.reference_grants),
-            backend_tls_policies: all(&self.backend_tls_policies),
-            services: all(&self.services),
-            endpoint_slices: all(&self.endpoint_slices),
-            namespaces: all(&self.namespaces),
-            secrets: Vec::new(),
-            config_maps: Vec::new(),
-        };
-        let (secrets, config_maps) = referenced(&input);
-        let mut s = self.secrets.lock().expect("not poisoned");
-        s.set(&secrets, &self.client, &self.signals);
-        input.secrets = s.objects();
-        drop(s);
-        let mut c = self.config_maps.lock().expect("not poisoned");
-        c.set(&config_maps, &self.client, &self.signals);
-        input.config_maps = c.objects();
         input
     }
 }
 
-/// Secrets and ConfigMaps that Gateways and BackendTLSPolicies refer to.
-pub fn referenced(input: &Input) -> (BTreeSet<ObjectKey>, BTreeSet<ObjectKey>) {
-    let mut secrets = BTreeSet::new();
-    let mut config_maps = BTreeSet::new();
-    for gw in &input.gateways {
-        let ns = gw
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        for l in &gw.spec.listeners {
-            for r in l
-                .tls
-                .iter()
-                .flat_map(|t| t.certificate_refs.iter().flatten())
-            {
-                if r.kind.as_deref().unwrap_or("Secret") == "Secret"
-                    && r.group.as_deref().unwrap_or("").is_empty()
-                {
-                    secrets.insert(ObjectKey::new(
-                        r.namespace.clone().unwrap_or_else(|| ns.clone()),
-                        r.name.clone(),
-                    ));
-                }
-            }
-        }
-        let tls = gw.spec.tls.as_ref();
-        if let Some(r) = tls
-            .and_then(|t| t.backend.as_ref())
-            .and_then(|b| b.client_certificate_ref.as_ref())
-        {
-            secrets.insert(ObjectKey::new(
-                r.namespace.clone().unwrap_or_else(|| ns.clone()),
-                r.name.clone(),
-            ));
-        }
-        if let Some(f) = tls.and_then(|t| t.frontend.as_ref()) {
-            let mut add = |v: serde_json::Value| {
-                for r in v
-                    .get("caCertificateRefs")
-                    .and_then(|r| r.as_array())
-                    .into_iter()
-                    .flatten()
-                {
-                    if r.get("kind").and_then(|k| k.as_str()) == Some("ConfigMap") {
-                        let name = r.get("name").and_then(|n| n.as_str()).unwrap_or_default();
-                        let rns = r.get("namespace").and_then(|n| n.as_str()).unwrap_or(&ns);
-                        config_maps.insert(ObjectKey::new(rns, name));
-                    }
-                }
-            };
-            if let Some(v) = &f.default.validation {
-                add(serde_json::to_value(v).unwrap_or_default());
-            }
-            for p in f.per_port.iter().flatten() {
-                if let Some(v) = &p.tls.validation {
-                    add(serde_json::to_value(v).unwrap_or_default());
-                }
-            }
+impl crate::source::Source for KubeSource {
+    /// The kinds Gatehouse cannot work without must list within a minute.
+    async fn ready(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            KubeSource::ready(self, Duration::from_secs(5)),
+        )
+        .await
+        .context("the Kubernetes API did not list the Gateway API objects within 60s")?
+    }
+
+    async fn changed(&mut self) {
+        KubeSource::changed(self).await;
+    }
+
+    fn snapshot(&mut self) -> crate::source::SourceSnapshot {
+        crate::source::SourceSnapshot {
+            input: KubeSource::snapshot(self),
+            errors: Vec::new(),
         }
     }
-    for p in &input.backend_tls_policies {
-        let ns = p
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        for r in p.spec.validation.ca_certificate_refs.iter().flatten() {
-            if r.kind == "ConfigMap" && r.group.is_empty() {
-                config_maps.insert(ObjectKey::new(ns.clone(), r.name.clone()));
-            }
-        }
+
+    fn connected(&self) -> Option<bool> {
+        Some(KubeSource::connected(self))
     }
-    (secrets, config_maps)
 }

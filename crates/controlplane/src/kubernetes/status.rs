@@ -2,20 +2,23 @@
 //!
 //! - Only differences are written: the new status is compared with what the object carries
 //!   (conditions keep their lastTransitionTime while unchanged, so equal means equal).
-//! - Route status is shared with other controllers: only the `parents` entries with our
-//!   controllerName are replaced; the others are kept as they are.
+//! - Shared status lists (route `parents`, policy `ancestors`) keep other controllers'
+//!   entries as they are; only the entries with our controllerName are replaced.
 //! - Every write is a merge patch carrying the resourceVersion that was read, so a concurrent
 //!   change makes it fail with a conflict instead of overwriting; the change that caused the
 //!   conflict triggers the next reconcile, which writes again.
+//!
+//! Every kind of the registry with a [`StatusShape`] other than `None` is written; nothing here
+//! names a kind.
 
-use gatehouse_translate::{Input, ObjectKey, Status, stamp_status};
+use super::source::api_in;
+use futures_util::future::BoxFuture;
+use gatehouse_translate::kinds::{Kind, KindVisitor, StatusShape, for_each_kind};
+use gatehouse_translate::{Input, Status, stamp_status};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::Client;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use std::fmt::Debug;
 
 pub struct StatusWriter {
     client: Client,
@@ -31,6 +34,12 @@ pub struct Written {
     pub failed: usize,
 }
 
+enum Outcome {
+    Patched,
+    Conflict,
+    Failed,
+}
+
 impl StatusWriter {
     pub fn new(client: Client, controller_name: impl Into<String>) -> Self {
         StatusWriter {
@@ -39,190 +48,178 @@ impl StatusWriter {
         }
     }
 
-    /// The status the objects in `input` carry now, as a [`Status`] (ours only).
-    pub fn current(&self, input: &Input) -> Status {
-        let mut s = Status::default();
-        for c in &input.gateway_classes {
-            if let Some(st) = &c.status {
-                s.gateway_classes
-                    .insert(c.metadata.name.clone().unwrap_or_default(), st.clone());
+    /// The status the objects in `input` carry now, as a [`Status`].
+    pub fn current(input: &Input) -> Status {
+        struct Carried<'a>(&'a Input, Status);
+        impl KindVisitor for Carried<'_> {
+            fn visit<K: Kind>(&mut self) {
+                for o in K::of(self.0) {
+                    o.carried_status(&mut self.1);
+                }
             }
         }
-        for g in &input.gateways {
-            if let Some(st) = &g.status {
-                s.gateways.insert(ObjectKey::of(&g.metadata), st.clone());
-            }
-        }
-        for r in &input.http_routes {
-            if let Some(st) = &r.status {
-                s.http_routes.insert(ObjectKey::of(&r.metadata), st.clone());
-            }
-        }
-        for r in &input.tls_routes {
-            if let Some(st) = &r.status {
-                s.tls_routes.insert(ObjectKey::of(&r.metadata), st.clone());
-            }
-        }
-        for p in &input.backend_tls_policies {
-            if let Some(st) = &p.status {
-                s.backend_tls_policies
-                    .insert(ObjectKey::of(&p.metadata), st.clone());
-            }
-        }
-        s
+        let mut carried = Carried(input, Status::default());
+        for_each_kind(&mut carried);
+        carried.1
     }
 
     /// Stamp `status` against what the objects carry and write what differs.
     pub async fn write(&self, input: &Input, mut status: Status) -> Written {
-        let current = self.current(input);
-        stamp_status(&mut status, &current, Timestamp::now());
-        let mut w = Written::default();
-        let ours = self.controller_name.as_str();
-
-        for class in &input.gateway_classes {
-            let name = class.metadata.name.clone().unwrap_or_default();
-            if let Some(st) = status.gateway_classes.get(&name) {
-                let new = serde_json::to_value(st).unwrap_or_default();
-                self.patch(Api::all(self.client.clone()), class, new, &mut w)
-                    .await;
+        stamp_status(&mut status, &Self::current(input), Timestamp::now());
+        let mut plan = Plan {
+            input,
+            status: &status,
+            ours: &self.controller_name,
+            client: &self.client,
+            patches: Vec::new(),
+            unchanged: 0,
+        };
+        for_each_kind(&mut plan);
+        let mut w = Written {
+            unchanged: plan.unchanged,
+            ..Written::default()
+        };
+        for patch in plan.patches {
+            match patch.await {
+                Outcome::Patched => w.patched += 1,
+                Outcome::Conflict => w.conflicts += 1,
+                Outcome::Failed => w.failed += 1,
             }
-        }
-        for gw in &input.gateways {
-            if let Some(st) = status.gateways.get(&ObjectKey::of(&gw.metadata)) {
-                let new = serde_json::to_value(st).unwrap_or_default();
-                self.patch(self.namespaced(&gw.metadata), gw, new, &mut w)
-                    .await;
-            }
-        }
-        for route in &input.http_routes {
-            let mine = status
-                .http_routes
-                .get(&ObjectKey::of(&route.metadata))
-                .map(|s| &s.parents);
-            let new = merge_parents(route.status.as_ref().map(|s| &s.parents), mine, ours);
-            if let Some(new) = new {
-                self.patch(self.namespaced(&route.metadata), route, new, &mut w)
-                    .await;
-            }
-        }
-        for route in &input.tls_routes {
-            let mine = status
-                .tls_routes
-                .get(&ObjectKey::of(&route.metadata))
-                .map(|s| &s.parents);
-            let new = merge_parents(route.status.as_ref().map(|s| &s.parents), mine, ours);
-            if let Some(new) = new {
-                self.patch(self.namespaced(&route.metadata), route, new, &mut w)
-                    .await;
-            }
-        }
-        for policy in &input.backend_tls_policies {
-            let mine = status
-                .backend_tls_policies
-                .get(&ObjectKey::of(&policy.metadata))
-                .map(|s| &s.ancestors);
-            let current = policy.status.as_ref().map(|s| &s.ancestors);
-            let others: Vec<Value> = current
-                .into_iter()
-                .flatten()
-                .filter(|a| a.controller_name != ours)
-                .map(|a| serde_json::to_value(a).unwrap_or_default())
-                .collect();
-            let had_ours = current
-                .into_iter()
-                .flatten()
-                .any(|a| a.controller_name == ours);
-            if mine.is_none() && !had_ours {
-                continue;
-            }
-            let mut all = others;
-            all.extend(
-                mine.into_iter()
-                    .flatten()
-                    .map(|a| serde_json::to_value(a).unwrap_or_default()),
-            );
-            self.patch(
-                self.namespaced(&policy.metadata),
-                policy,
-                json!({ "ancestors": all }),
-                &mut w,
-            )
-            .await;
         }
         w
     }
+}
 
-    fn namespaced<K>(
-        &self,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(
-            self.client.clone(),
-            meta.namespace.as_deref().unwrap_or("default"),
-        )
-    }
+/// The patches one write sends, one per object whose status differs.
+struct Plan<'a> {
+    input: &'a Input,
+    status: &'a Status,
+    ours: &'a str,
+    client: &'a Client,
+    patches: Vec<BoxFuture<'static, Outcome>>,
+    unchanged: usize,
+}
 
-    async fn patch<K>(&self, api: Api<K>, obj: &K, new_status: Value, w: &mut Written)
-    where
-        K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-        K::DynamicType: Default,
-    {
-        let current = serde_json::to_value(obj)
-            .ok()
-            .and_then(|v| v.get("status").cloned())
-            .unwrap_or(Value::Null);
-        if current == new_status {
-            w.unchanged += 1;
+impl KindVisitor for Plan<'_> {
+    fn visit<K: Kind>(&mut self) {
+        if K::STATUS == StatusShape::None {
             return;
         }
-        let meta = obj.meta();
-        let name = meta.name.clone().unwrap_or_default();
-        let body = json!({
-            "metadata": { "resourceVersion": meta.resource_version },
-            "status": new_status,
-        });
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(_) => w.patched += 1,
-            Err(kube::Error::Api(e)) if e.code == 409 => w.conflicts += 1,
-            Err(e) => {
-                w.failed += 1;
-                tracing::warn!(
-                    "cannot write status of {} {name}: {e}",
-                    K::kind(&Default::default())
-                );
+        for object in K::of(self.input) {
+            let carried = serde_json::to_value(object)
+                .ok()
+                .and_then(|mut v| v.get_mut("status").map(Value::take))
+                .unwrap_or(Value::Null);
+            let Some(new) = new_status(
+                K::STATUS,
+                &carried,
+                object.computed_status(self.status),
+                self.ours,
+            ) else {
+                continue;
+            };
+            if new == carried {
+                self.unchanged += 1;
+                continue;
             }
+            let meta = object.meta();
+            let name = meta.name.clone().unwrap_or_default();
+            let api = api_in::<K>(self.client, meta.namespace.as_deref().unwrap_or("default"));
+            let body = json!({
+                "metadata": { "resourceVersion": meta.resource_version },
+                "status": new,
+            });
+            self.patches.push(Box::pin(async move {
+                match api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => Outcome::Patched,
+                    Err(kube::Error::Api(e)) if e.code == 409 => Outcome::Conflict,
+                    Err(e) => {
+                        tracing::warn!("cannot write status of {} {name}: {e}", K::kind_name());
+                        Outcome::Failed
+                    }
+                }
+            }));
         }
     }
 }
 
-/// The route's parents with ours replaced by `mine`; `None` when there is nothing of ours to
-/// write or remove.
-fn merge_parents<P: Serialize>(
-    current: Option<&Vec<P>>,
-    mine: Option<&Vec<P>>,
-    ours: &str,
+/// The status to write given what the object carries and our part of it; `None` when there is
+/// nothing of ours to write or remove.
+fn new_status(
+    shape: StatusShape,
+    carried: &Value,
+    ours: Option<Value>,
+    controller: &str,
 ) -> Option<Value> {
-    let current: Vec<Value> = current
-        .into_iter()
-        .flatten()
-        .map(|p| serde_json::to_value(p).unwrap_or_default())
-        .collect();
-    let is_ours = |p: &Value| p.get("controllerName").and_then(|c| c.as_str()) == Some(ours);
-    if mine.is_none() && !current.iter().any(is_ours) {
-        return None;
+    match shape {
+        StatusShape::None => None,
+        StatusShape::Whole => ours,
+        StatusShape::Shared(field) => {
+            let current = carried.get(field).and_then(Value::as_array);
+            let is_ours =
+                |e: &&Value| e.get("controllerName").and_then(Value::as_str) == Some(controller);
+            let had_ours = current.is_some_and(|c| c.iter().any(|e| is_ours(&e)));
+            if ours.is_none() && !had_ours {
+                return None;
+            }
+            let mut entries: Vec<Value> = current
+                .into_iter()
+                .flatten()
+                .filter(|e| !is_ours(e))
+                .cloned()
+                .collect();
+            if let Some(Value::Array(mine)) = ours {
+                entries.extend(mine);
+            }
+            Some(json!({ field: entries }))
+        }
     }
-    let mut parents: Vec<Value> = current.into_iter().filter(|p| !is_ours(p)).collect();
-    parents.extend(
-        mine.into_iter()
-            .flatten()
-            .map(|p| serde_json::to_value(p).unwrap_or_default()),
-    );
-    Some(json!({ "parents": parents }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_lists_keep_other_controllers_entries() {
+        let carried = json!({"parents": [
+            {"controllerName": "other.io/c", "parentRef": {"name": "a"}},
+            {"controllerName": "me.io/c", "parentRef": {"name": "old"}},
+        ]});
+        let ours = json!([{"controllerName": "me.io/c", "parentRef": {"name": "new"}}]);
+        let new = new_status(
+            StatusShape::Shared("parents"),
+            &carried,
+            Some(ours),
+            "me.io/c",
+        );
+        assert_eq!(
+            new,
+            Some(json!({"parents": [
+                {"controllerName": "other.io/c", "parentRef": {"name": "a"}},
+                {"controllerName": "me.io/c", "parentRef": {"name": "new"}},
+            ]}))
+        );
+    }
+
+    #[test]
+    fn our_stale_entries_are_removed_and_foreign_objects_left_alone() {
+        let carried = json!({"parents": [{"controllerName": "me.io/c"}]});
+        assert_eq!(
+            new_status(StatusShape::Shared("parents"), &carried, None, "me.io/c"),
+            Some(json!({"parents": []}))
+        );
+        let foreign = json!({"parents": [{"controllerName": "other.io/c"}]});
+        assert_eq!(
+            new_status(StatusShape::Shared("parents"), &foreign, None, "me.io/c"),
+            None
+        );
+        assert_eq!(
+            new_status(StatusShape::Whole, &Value::Null, None, "me.io/c"),
+            None
+        );
+    }
 }

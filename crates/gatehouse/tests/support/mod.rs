@@ -1,6 +1,6 @@
 //! Shared harness for the end-to-end tests: real echo backends, a real gateway on real sockets,
 //! manifests in a temporary directory, and a client that resolves test hostnames to loopback.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use gatehouse::run::{RunOptions, Running};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -9,64 +9,27 @@ use std::time::{Duration, Instant};
 
 pub const HOST: &str = "cafe.example.com";
 
-/// A port that was free a moment ago (bind :0, read it, release it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use gatehouse_testkit::manifests::service;
+pub use gatehouse_testkit::{echo, free_port};
 
-/// Start an in-process `gatehouse echo` backend answering with `name`.
-pub async fn echo(name: &str) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(gatehouse::echo::serve(listener, name.to_string()));
-    addr
-}
-
-/// Manifests for a Service `name` with a port `80` (name `http`) backed by `endpoints`.
-pub fn service(name: &str, endpoints: &[SocketAddr], app_protocol: Option<&str>) -> String {
-    let port = endpoints.first().map(|e| e.port()).unwrap_or(1);
-    let app = app_protocol
-        .map(|p| format!(", appProtocol: {p}"))
-        .unwrap_or_default();
-    let eps: String = endpoints
-        .iter()
-        .map(|e| {
-            format!(
-                "- addresses: [\"{}\"]\n  conditions: {{ready: true}}\n",
-                e.ip()
-            )
-        })
-        .collect();
-    format!(
-        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80, targetPort: {port}{app}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}, protocol: TCP}}]\nendpoints:{}",
-        if eps.is_empty() {
-            " []\n".to_string()
-        } else {
-            format!("\n{eps}")
-        }
-    )
-}
-
-/// GatewayClass + Gateway `gw` with HTTP listeners on the given (name, port) pairs.
+/// GatewayClass + Gateway `gw` with HTTP listeners on the given (name, port) pairs, open to
+/// routes from every namespace.
 pub fn gateway(listeners: &[(&str, u16)]) -> String {
-    let ls: String = listeners
+    use gatehouse_testkit::manifests::{self, Listener};
+    let listeners: Vec<Listener> = listeners
         .iter()
-        .map(|(n, p)| format!("  - {{name: {n}, port: {p}, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"))
+        .map(|(n, p)| Listener::http(n, *p).from_all())
         .collect();
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: gatehouse}}\nspec: {{controllerName: gatehouse.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: gatehouse\n  listeners:\n{ls}"
+        "{}---\n{}",
+        manifests::gateway_class(),
+        manifests::gateway("gw", &listeners)
     )
 }
 
 /// An HTTPRoute named `name` on `gw` whose spec continues with `body` (indented two spaces).
 pub fn route(name: &str, body: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  parentRefs: [{{name: gw}}]\n{body}\n"
-    )
+    gatehouse_testkit::manifests::http_route(name, "gw", body)
 }
 
 pub struct Gateway {
@@ -118,7 +81,8 @@ impl Gateway {
             .as_ref()
             .unwrap()
             .state
-            .snapshot
+            .control
+            .published
             .load()
             .generation
     }
@@ -128,7 +92,8 @@ impl Gateway {
             .as_ref()
             .unwrap()
             .state
-            .snapshot
+            .control
+            .published
             .load()
             .errors
             .clone()

@@ -1,0 +1,102 @@
+//! The addresses Gateways listen on and report, in controller mode.
+
+use crate::reconcile::AdjustOptions;
+use gatehouse_translate::{Input, ObjectKey, Options as TranslateOptions};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Per snapshot: with `local_addresses`, each Gateway gets a loopback address of its own
+/// ([`AddressBook`]); with `publish_service`, Gateways report that Service's addresses.
+pub fn adjust_options(local_addresses: bool, publish_service: Option<ObjectKey>) -> AdjustOptions {
+    let mut book = AddressBook::default();
+    Box::new(move |input: &Input, options: &mut TranslateOptions| {
+        if local_addresses {
+            options.gateway_addresses = book.assign(input);
+        }
+        if let Some(key) = &publish_service {
+            options.published_addresses = published_addresses(input, key);
+        }
+    })
+}
+
+/// Stable loopback addresses per Gateway: derived from its name, so they survive restarts,
+/// and sticky while running, so a new Gateway never moves an existing one.
+#[derive(Default)]
+pub struct AddressBook {
+    assigned: BTreeMap<ObjectKey, IpAddr>,
+}
+
+impl AddressBook {
+    pub fn assign(&mut self, input: &Input) -> BTreeMap<ObjectKey, IpAddr> {
+        let live: BTreeSet<ObjectKey> = input
+            .gateways
+            .iter()
+            .map(|g| ObjectKey::of(&g.metadata))
+            .collect();
+        self.assigned.retain(|k, _| live.contains(k));
+        for key in live {
+            if self.assigned.contains_key(&key) {
+                continue;
+            }
+            // FNV-1a over namespace/name picks a slot in 127.1.0.1 .. 127.255.255.254.
+            let mut h: u32 = 0x811c_9dc5;
+            for b in key.to_string().bytes() {
+                h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+            }
+            const SLOTS: u32 = 255 * 256 * 254;
+            let mut slot = h % SLOTS;
+            loop {
+                let (a, rest) = (1 + slot / (256 * 254), slot % (256 * 254));
+                let ip = IpAddr::V4(Ipv4Addr::new(
+                    127,
+                    a as u8,
+                    (rest / 254) as u8,
+                    (1 + rest % 254) as u8,
+                ));
+                if !self.assigned.values().any(|v| *v == ip) {
+                    self.assigned.insert(key.clone(), ip);
+                    break;
+                }
+                slot = (slot + 1) % SLOTS;
+            }
+        }
+        self.assigned.clone()
+    }
+}
+
+/// The addresses clients reach the data plane at: the Service's load-balancer ingress if it has
+/// one, else its cluster IPs. `None` until the Service exists (status then shows the bind
+/// address).
+pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(String, String)>> {
+    let svc = input
+        .services
+        .iter()
+        .find(|s| ObjectKey::of(&s.metadata) == *service)?;
+    let ingress: Vec<(String, String)> = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| match (&i.ip, &i.hostname) {
+            (Some(ip), _) => Some(("IPAddress".to_string(), ip.clone())),
+            (None, Some(h)) => Some(("Hostname".to_string(), h.clone())),
+            _ => None,
+        })
+        .collect();
+    if !ingress.is_empty() {
+        return Some(ingress);
+    }
+    let spec = svc.spec.as_ref()?;
+    let ips: Vec<(String, String)> = spec
+        .cluster_ips
+        .clone()
+        .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
+        .into_iter()
+        .flatten()
+        .filter(|ip| ip != "None" && !ip.is_empty())
+        .map(|ip| ("IPAddress".to_string(), ip))
+        .collect();
+    (!ips.is_empty()).then_some(ips)
+}

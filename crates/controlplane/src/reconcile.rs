@@ -1,0 +1,237 @@
+//! The one reconcile loop: source → translate → data plane → status, for both modes.
+//!
+//! ```text
+//! Source::changed ─▶ snapshot ─▶ translate (pure) ─▶ Publisher::apply ─▶ Published (admin)
+//!                                                   └──────────────────▶ StatusSink (leader)
+//! ```
+//!
+//! The loop owns every piece of state between a change and its effect; `gatehouse run` and
+//! `gatehouse controller` only choose the source, the publisher and the status sink. Reading
+//! and translating run on the blocking pool, so a large configuration never delays requests.
+
+use crate::kubernetes::Written;
+use crate::metrics::ResultLabel;
+use crate::source::{Source, SourceSnapshot};
+use crate::state::{ControlState, Published};
+use crate::status_report;
+use futures_util::future::BoxFuture;
+use gatehouse_ir as ir;
+use gatehouse_translate::{Input, Options as TranslateOptions, Output, Status, translate};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// What a data plane made of a configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Listener addresses that could not be bound (`address: error`).
+    pub bind_errors: Vec<String>,
+    /// Problems the data plane contained instead of rejecting the configuration.
+    pub diagnostics: Vec<String>,
+}
+
+/// Where configurations go: the data plane in this process (or, later, remote ones).
+pub trait Publisher: Send + Sync + 'static {
+    /// Serve `config` from now on; resolves once it is applied.
+    fn apply(&self, config: Arc<ir::Config>) -> BoxFuture<'_, Applied>;
+}
+
+/// Where status goes besides the admin endpoint (the Kubernetes API, written by the leader).
+pub trait StatusSink: Send + 'static {
+    /// Resolves when status should be written again although nothing changed (this replica
+    /// just became the leader). Cancel-safe.
+    fn changed(&mut self) -> BoxFuture<'_, ()>;
+    /// Writes `status` if this replica writes at all; `None` if it did not try.
+    fn write<'a>(&'a mut self, input: &'a Input, status: Status) -> BoxFuture<'a, Option<Written>>;
+    /// Stops for good (a leader releases its Lease so another takes over at once).
+    fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// Per-snapshot translate options a mode derives from the objects (the controller's
+/// per-Gateway addresses and published Service addresses).
+pub type AdjustOptions = Box<dyn FnMut(&Input, &mut TranslateOptions) + Send>;
+
+pub struct Reconciler<S: Source> {
+    /// `None` only while a pass holds it on the blocking pool.
+    source: Option<S>,
+    options: TranslateOptions,
+    adjust: Option<AdjustOptions>,
+    publisher: Arc<dyn Publisher>,
+    status: Option<Box<dyn StatusSink>>,
+    state: Arc<ControlState>,
+}
+
+impl<S: Source> Reconciler<S> {
+    pub fn new(
+        source: S,
+        options: TranslateOptions,
+        publisher: Arc<dyn Publisher>,
+        state: Arc<ControlState>,
+    ) -> Self {
+        Reconciler {
+            source: Some(source),
+            options,
+            adjust: None,
+            publisher,
+            status: None,
+            state,
+        }
+    }
+
+    pub fn adjust_options(mut self, adjust: AdjustOptions) -> Self {
+        self.adjust = Some(adjust);
+        self
+    }
+
+    pub fn status_sink(mut self, sink: Box<dyn StatusSink>) -> Self {
+        self.status = Some(sink);
+        self
+    }
+
+    /// Waits for the source, serves the first configuration and marks the state ready, then
+    /// follows every change on a task of its own until `stop`.
+    pub async fn start(mut self, stop: CancellationToken) -> anyhow::Result<JoinHandle<()>> {
+        self.source_mut().ready().await?;
+        self.update_connected();
+        self.reconcile().await;
+        self.state.set_ready();
+        Ok(tokio::spawn(self.follow(stop)))
+    }
+
+    async fn follow(mut self, stop: CancellationToken) {
+        // The source's connectivity is sampled once a second for readiness and metrics;
+        // a change of it alone needs no new configuration.
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let source = self.source.as_mut().expect("held between passes");
+            let status = self.status.as_mut();
+            let work = tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = source.changed() => true,
+                _ = async { match status { Some(s) => s.changed().await, None => std::future::pending().await } } => true,
+                _ = tick.tick() => false,
+            };
+            self.update_connected();
+            if work {
+                self.reconcile().await;
+            }
+        }
+        if let Some(sink) = self.status.take() {
+            sink.stop().await;
+        }
+    }
+
+    fn source_mut(&mut self) -> &mut S {
+        self.source.as_mut().expect("held between passes")
+    }
+
+    fn update_connected(&mut self) {
+        let connected = self.source_mut().connected();
+        self.state.set_connected(connected);
+    }
+
+    /// One pass of the pipeline.
+    pub async fn reconcile(&mut self) {
+        let started = Instant::now();
+        let mut source = self.source.take().expect("held between passes");
+        let mut adjust = self.adjust.take();
+        let mut options = self.options.clone();
+        let (source, adjust, snapshot, output) = tokio::task::spawn_blocking(move || {
+            let snapshot = source.snapshot();
+            if let Some(adjust) = adjust.as_mut() {
+                adjust(&snapshot.input, &mut options);
+            }
+            let output = translate(&snapshot.input, &options);
+            (source, adjust, snapshot, output)
+        })
+        .await
+        .expect("reading and translating never panic");
+        self.source = Some(source);
+        self.adjust = adjust;
+        let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
+        if let Some(sink) = self.status.as_mut()
+            && let Some(w) = sink.write(&snapshot.input, status).await
+        {
+            let m = &self.state.metrics.status_writes;
+            m.get_or_create(&ResultLabel { result: "patched" })
+                .inc_by(w.patched as u64);
+            m.get_or_create(&ResultLabel { result: "conflict" })
+                .inc_by(w.conflicts as u64);
+            m.get_or_create(&ResultLabel { result: "failed" })
+                .inc_by(w.failed as u64);
+        }
+    }
+}
+
+/// Applies a translated configuration to the data plane (only if it changed) and publishes
+/// what the admin endpoint serves. Returns the status, stamped against the previous one.
+async fn publish(
+    state: &ControlState,
+    publisher: &dyn Publisher,
+    snapshot: &SourceSnapshot,
+    output: Output,
+    started: Instant,
+) -> Status {
+    let errors = snapshot.errors.clone();
+    state.metrics.source_errors.set(errors.len() as i64);
+    let previous = state.published.load_full();
+    let config_changed = *previous.config != output.config;
+    let (config, applied) = if config_changed {
+        let config = Arc::new(output.config);
+        let applied = publisher.apply(Arc::clone(&config)).await;
+        for e in applied.bind_errors.iter().chain(&applied.diagnostics) {
+            tracing::error!("{e}");
+        }
+        (config, applied)
+    } else {
+        let applied = Applied {
+            bind_errors: previous.bind_errors.clone(),
+            diagnostics: previous.diagnostics.clone(),
+        };
+        (Arc::clone(&previous.config), applied)
+    };
+
+    let mut status = output.status;
+    gatehouse_translate::stamp_status(
+        &mut status,
+        &previous.status,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let objects = status_report::objects(&snapshot.input, &status);
+    let generation = previous.generation + u64::from(config_changed);
+    state.published.store(Arc::new(Published {
+        generation,
+        config,
+        status: status.clone(),
+        objects,
+        errors,
+        bind_errors: applied.bind_errors,
+        diagnostics: applied.diagnostics,
+    }));
+
+    let result = if config_changed {
+        state
+            .metrics
+            .apply_duration
+            .observe(started.elapsed().as_secs_f64());
+        state.metrics.generation.set(generation as i64);
+        tracing::info!(
+            generation,
+            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "configuration applied"
+        );
+        "applied"
+    } else if snapshot.errors.is_empty() {
+        "unchanged"
+    } else {
+        "error"
+    };
+    state
+        .metrics
+        .reconciles
+        .get_or_create(&ResultLabel { result })
+        .inc();
+    state.set_generation(generation);
+    status
+}

@@ -1,0 +1,87 @@
+//! What the control plane publishes: the configuration being served, its status and its
+//! problems, for the admin endpoint, the CLI and the tests.
+
+use crate::metrics::ControlMetrics;
+use arc_swap::ArcSwap;
+use gatehouse_ir as ir;
+use gatehouse_translate::Status;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
+use tokio::sync::watch;
+
+/// What the gateway serves right now.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Counts applied configuration changes (a reload that changes nothing keeps it).
+    pub generation: u64,
+    pub config: Arc<ir::Config>,
+    pub status: Status,
+    /// The objects Gatehouse owns, with status (`kubectl get -o yaml` shape).
+    pub objects: Vec<Value>,
+    /// Source errors (`file:line: message`); what they concern serves its last good content.
+    pub errors: Vec<String>,
+    /// Listener addresses that could not be bound.
+    pub bind_errors: Vec<String>,
+    /// Problems the data plane contained instead of rejecting the configuration.
+    pub diagnostics: Vec<String>,
+}
+
+/// Shared between the reconcile loop (the only writer) and its readers.
+pub struct ControlState {
+    pub published: ArcSwap<Published>,
+    ready: AtomicBool,
+    /// -1: the source has nothing remote to reach; 0/1: whether it reaches it.
+    connected: AtomicI8,
+    pub metrics: ControlMetrics,
+    generation_tx: watch::Sender<u64>,
+}
+
+impl ControlState {
+    pub fn new(registry: &mut Registry) -> Arc<ControlState> {
+        let (generation_tx, _) = watch::channel(0);
+        Arc::new(ControlState {
+            published: ArcSwap::from_pointee(Published::default()),
+            ready: AtomicBool::new(false),
+            connected: AtomicI8::new(-1),
+            metrics: ControlMetrics::new(registry),
+            generation_tx,
+        })
+    }
+
+    /// True once the first configuration serves.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the source reaches the Kubernetes API (`None` for sources with nothing remote).
+    pub fn api_connected(&self) -> Option<bool> {
+        match self.connected.load(Ordering::Acquire) {
+            -1 => None,
+            c => Some(c == 1),
+        }
+    }
+
+    pub(crate) fn set_connected(&self, connected: Option<bool>) {
+        let v = connected.map_or(-1, i8::from);
+        self.connected.store(v, Ordering::Release);
+        if let Some(c) = connected {
+            self.metrics.api_connected.set(i64::from(c));
+        }
+    }
+
+    pub(crate) fn set_generation(&self, generation: u64) {
+        self.generation_tx.send_replace(generation);
+    }
+
+    /// Resolves once the served generation is at least `generation`.
+    pub async fn wait_for_generation(&self, generation: u64) {
+        let mut rx = self.generation_tx.subscribe();
+        let _ = rx.wait_for(|g| *g >= generation).await;
+    }
+}

@@ -1,0 +1,174 @@
+//! The IR of every Gateway, assembled from its listeners and the routes attached to them: rules
+//! with redirect defaults resolved per listener, virtual hosts in precedence order, TLS routes,
+//! and the clusters each Gateway uses.
+
+use crate::gateways::GatewayCtx;
+use crate::objects::ObjectKey;
+use crate::precedence;
+use crate::routes::{Attachment, RouteRule};
+use gatehouse_ir as ir;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub struct Assembled {
+    pub gateways: Vec<ir::Gateway>,
+    /// Every cluster referenced so far, also those no served listener uses.
+    pub clusters: BTreeMap<String, ir::Cluster>,
+    /// Which Gateways send traffic to which clusters (BackendTLSPolicy ancestors; unused
+    /// clusters are left out of the IR).
+    pub cluster_users: BTreeMap<String, BTreeSet<ObjectKey>>,
+}
+
+pub fn gateways(
+    gws: &[GatewayCtx],
+    attachments: &[Attachment],
+    clusters: BTreeMap<String, ir::Cluster>,
+) -> Assembled {
+    let mut out = Assembled {
+        gateways: Vec::new(),
+        clusters,
+        cluster_users: BTreeMap::new(),
+    };
+    for (gi, gw) in gws.iter().enumerate() {
+        let Some(address) = gw.address else { continue };
+        let client_cert = gw.backend_client_certificate.clone().ok().flatten();
+        let mut listeners = Vec::new();
+        for (li, l) in gw.listeners.iter().enumerate() {
+            if !l.programmable() {
+                continue;
+            }
+            let on_listener = attachments
+                .iter()
+                .filter(|a| a.gateway == gi && a.listener == li);
+            listeners.push(listener(
+                gw,
+                l,
+                address,
+                on_listener,
+                client_cert.as_deref(),
+                &mut out,
+            ));
+        }
+        out.gateways.push(ir::Gateway {
+            namespace: gw.key.namespace.clone(),
+            name: gw.key.name.clone(),
+            listeners,
+        });
+    }
+    out
+}
+
+fn listener<'a>(
+    gw: &GatewayCtx,
+    l: &crate::gateways::ListenerCtx,
+    address: std::net::IpAddr,
+    attachments: impl Iterator<Item = &'a Attachment>,
+    client_cert: Option<&str>,
+    out: &mut Assembled,
+) -> ir::Listener {
+    let protocol = l.ir_protocol();
+    let scheme = if protocol == ir::ListenerProtocol::Http {
+        "http"
+    } else {
+        "https"
+    };
+    let mut rules = Vec::new();
+    let mut candidates = Vec::new();
+    let mut tls_routes = Vec::new();
+    for a in attachments {
+        for (rule_index, rule) in a.rules.iter() {
+            match rule {
+                RouteRule::Http(template) => {
+                    let index = rules.len();
+                    for cluster in template
+                        .backends
+                        .iter()
+                        .filter_map(|b| b.policy_cluster.as_ref())
+                    {
+                        out.cluster_users
+                            .entry(cluster.clone())
+                            .or_default()
+                            .insert(gw.key.clone());
+                    }
+                    let mut resolved = template.resolve(scheme, l.port);
+                    for b in &mut resolved.backends {
+                        use_cluster(&mut b.target, client_cert, out, &gw.key);
+                    }
+                    rules.push(resolved);
+                    for hostname in &a.hostnames {
+                        for (match_index, m) in template.matches.iter().enumerate() {
+                            candidates.push(precedence::Candidate {
+                                hostname: hostname.clone(),
+                                matcher: m.clone(),
+                                rule: index,
+                                route_age: a.route_age.clone(),
+                                rule_index: *rule_index,
+                                match_index,
+                            });
+                        }
+                    }
+                }
+                RouteRule::Tls { route, backends } => {
+                    let mut backends = backends.clone();
+                    for b in &mut backends {
+                        use_cluster(&mut b.target, None, out, &gw.key);
+                    }
+                    tls_routes.push(ir::TlsRoute {
+                        route: route.clone(),
+                        hostnames: a.hostnames.clone(),
+                        backends,
+                    });
+                }
+            }
+        }
+    }
+    ir::Listener {
+        name: l.name.clone(),
+        address,
+        port: l.port,
+        protocol,
+        hostname: l.hostname.clone(),
+        rules,
+        virtual_hosts: precedence::virtual_hosts(candidates),
+        tls: l.tls.clone(),
+        tls_routes,
+    }
+}
+
+/// Record that `gateway` uses the target cluster. A Gateway with a backend client certificate
+/// gets its own copy of each TLS cluster, presenting that certificate.
+fn use_cluster(
+    target: &mut ir::BackendTarget,
+    client_cert: Option<&str>,
+    out: &mut Assembled,
+    gateway: &ObjectKey,
+) {
+    let ir::BackendTarget::Cluster(name) = target else {
+        return;
+    };
+    let tls_base = out
+        .clusters
+        .get(name.as_str())
+        .filter(|c| c.tls.is_some())
+        .cloned();
+    if let (Some(cert), Some(base)) = (client_cert, tls_base) {
+        let variant = format!("{name}+client={cert}");
+        out.clusters.entry(variant.clone()).or_insert_with(|| {
+            let mut c = base;
+            c.name = variant.clone();
+            if let Some(tls) = c.tls.as_mut() {
+                tls.client_certificate = Some(cert.to_string());
+            }
+            c
+        });
+        // The base name also counts as used so its policy reports this Gateway.
+        out.cluster_users
+            .entry(name.clone())
+            .or_default()
+            .insert(gateway.clone());
+        *name = variant;
+    }
+    out.cluster_users
+        .entry(name.clone())
+        .or_default()
+        .insert(gateway.clone());
+}

@@ -1,0 +1,301 @@
+//! The registry: every kind Gatehouse reads, named once.
+//!
+//! Each line of [`registry!`] below gives a kind its field in [`Input`], the apiVersions read
+//! from manifests, how the Kubernetes source watches it and whether it is a route kind. The file
+//! source, the Kubernetes reflectors, the status writer, the status report and the tests all
+//! walk this list ([`for_each_kind`], [`for_each_route_kind`]) instead of naming kinds
+//! themselves, so a new route kind is one file (its [`RouteKind`](crate::RouteKind)
+//! implementation) plus one line here.
+
+use crate::{ObjectKey, Status};
+use gateway_api::apis::standard::{
+    backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
+    httproutes::HttpRoute, referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use kube::Resource as _;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+
+/// How the Kubernetes source keeps a kind in memory.
+#[derive(Clone, Copy, Debug)]
+pub enum Watch {
+    /// Every object of the kind, cluster-wide. `required`: the kind must be listed before the
+    /// first configuration is built (its CRD must exist); other kinds are waited for briefly
+    /// and treated as empty while their CRD is missing.
+    All { required: bool },
+    /// Only the objects that other objects reference (Secrets, ConfigMaps): the function
+    /// names them in a snapshot of the other kinds. Each is watched by name, so the controller
+    /// never caches every Secret of the cluster.
+    Referenced(fn(&Input) -> BTreeSet<ObjectKey>),
+}
+
+/// One segment of a field path inside an object (`spec.rules[0].matches[1]`), as serde names
+/// the fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathSegment {
+    Key(String),
+    Index(usize),
+}
+
+/// A problem found in one object that a manifest check can point at (by field path) before
+/// translating: e.g. a regular expression that does not compile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub path: Vec<PathSegment>,
+    pub message: String,
+    /// The offending value, when the path alone may not find its line (a value written in
+    /// block style sits on a line of its own).
+    pub value: Option<String>,
+}
+
+/// `spec.rules[0].matches`
+pub fn display_path(path: &[PathSegment]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            PathSegment::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            PathSegment::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+/// Which part of an object's `status` Gatehouse writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusShape {
+    /// None: Gatehouse only reads the kind.
+    None,
+    /// All of it (its own GatewayClasses and Gateways).
+    Whole,
+    /// `status.<field>` is a list shared with other controllers (route `parents`, policy
+    /// `ancestors`): Gatehouse owns the entries that carry its `controllerName`.
+    Shared(&'static str),
+}
+
+/// Code that needs to know at the type level whether a kind is namespaced: a Kubernetes API
+/// client for one namespace only exists for namespaced kinds. [`KindScope::with_scope`] calls
+/// the method that fits `K`.
+pub trait ScopeVisitor<K: kube::Resource> {
+    type Output;
+    fn namespaced(self) -> Self::Output
+    where
+        K: kube::Resource<Scope = NamespaceResourceScope>;
+    fn cluster(self) -> Self::Output
+    where
+        K: kube::Resource<Scope = ClusterResourceScope>;
+}
+
+/// The two scopes of the registry's kinds.
+pub trait KindScope: Sized {
+    fn with_scope<K: kube::Resource<Scope = Self>, V: ScopeVisitor<K>>(visitor: V) -> V::Output;
+}
+
+impl KindScope for NamespaceResourceScope {
+    fn with_scope<K: kube::Resource<Scope = Self>, V: ScopeVisitor<K>>(visitor: V) -> V::Output {
+        visitor.namespaced()
+    }
+}
+
+impl KindScope for ClusterResourceScope {
+    fn with_scope<K: kube::Resource<Scope = Self>, V: ScopeVisitor<K>>(visitor: V) -> V::Output {
+        visitor.cluster()
+    }
+}
+
+/// A kind of object Gatehouse reads. Implemented by the registry below, never by hand.
+pub trait Kind:
+    kube::Resource<DynamicType = (), Scope: KindScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The apiVersions accepted in manifests, newest first (the group is the Resource's).
+    const VERSIONS: &'static [&'static str];
+    const WATCH: Watch;
+    const NAMESPACED: bool;
+    const STATUS: StatusShape;
+
+    fn of(input: &Input) -> &Vec<Self>;
+    fn of_mut(input: &mut Input) -> &mut Vec<Self>;
+
+    /// Problems a manifest check can name a line for (see [`Finding`]).
+    fn findings(&self) -> Vec<Finding> {
+        Vec::new()
+    }
+
+    /// Gatehouse's status for this object as written to it: all of `status` ([`StatusShape::Whole`])
+    /// or Gatehouse's entries of the shared list ([`StatusShape::Shared`]). `None`: nothing of
+    /// Gatehouse's (not ours, or a kind it only reads).
+    fn computed_status(&self, _status: &Status) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Adds the status this object carries now to `status`, so that conditions that did not
+    /// change keep their lastTransitionTime ([`crate::stamp_status`]).
+    fn carried_status(&self, _status: &mut Status) {}
+
+    /// `Kind` as manifests spell it (`HTTPRoute`).
+    fn kind_name() -> String {
+        Self::kind(&()).into_owned()
+    }
+}
+
+/// Something to do once per registered kind ([`for_each_kind`]).
+pub trait KindVisitor {
+    fn visit<K: Kind>(&mut self);
+}
+
+/// Something to do once per registered route kind ([`for_each_route_kind`]).
+pub trait RouteKindVisitor {
+    fn visit<R: crate::RouteKind>(&mut self);
+}
+
+macro_rules! registry {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty, [$($version:literal),+], $watch:expr, $scope:ident, $role:ident;
+    )+) => {
+        /// Everything translate reads: one consistent snapshot of the store. Order does not
+        /// matter: translate sorts what it reads, so the same objects always give the same
+        /// output.
+        #[derive(Clone, Debug, Default)]
+        pub struct Input {
+            $( $(#[$doc])* pub $field: Vec<$ty>, )+
+        }
+
+        $(
+            impl Kind for $ty {
+                const VERSIONS: &'static [&'static str] = &[$($version),+];
+                const WATCH: Watch = $watch;
+                const NAMESPACED: bool = registry!(@namespaced $scope);
+                fn of(input: &Input) -> &Vec<Self> {
+                    &input.$field
+                }
+                fn of_mut(input: &mut Input) -> &mut Vec<Self> {
+                    &mut input.$field
+                }
+                registry!(@role $role);
+            }
+        )+
+
+        /// Calls `visitor.visit::<K>()` for every kind, in registry order.
+        pub fn for_each_kind<V: KindVisitor>(visitor: &mut V) {
+            $( visitor.visit::<$ty>(); )+
+        }
+
+        /// Calls `visitor.visit::<R>()` for every route kind, in registry order.
+        pub fn for_each_route_kind<V: RouteKindVisitor>(visitor: &mut V) {
+            $( registry!(@route $role, $ty, visitor); )+
+        }
+    };
+    (@namespaced namespaced) => { true };
+    (@namespaced cluster) => { false };
+    (@role route) => {
+        const STATUS: StatusShape = StatusShape::Shared("parents");
+        fn findings(&self) -> Vec<Finding> {
+            <Self as crate::RouteKind>::findings(self)
+        }
+        fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
+            let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
+            status.routes.get(&key).map(|s| json(&s.parents))
+        }
+        fn carried_status(&self, status: &mut Status) {
+            if let Some(carried) = <Self as crate::RouteKind>::carried_status(self) {
+                let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
+                status.routes.insert(key, carried);
+            }
+        }
+    };
+    (@role class) => {
+        const STATUS: StatusShape = StatusShape::Whole;
+        fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
+            status.gateway_classes.get(&name(self.meta())).map(json)
+        }
+        fn carried_status(&self, status: &mut Status) {
+            if let Some(s) = &self.status {
+                status.gateway_classes.insert(name(self.meta()), s.clone());
+            }
+        }
+    };
+    (@role gateway) => {
+        const STATUS: StatusShape = StatusShape::Whole;
+        fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
+            status.gateways.get(&ObjectKey::of(self.meta())).map(json)
+        }
+        fn carried_status(&self, status: &mut Status) {
+            if let Some(s) = &self.status {
+                status.gateways.insert(ObjectKey::of(self.meta()), s.clone());
+            }
+        }
+    };
+    (@role policy) => {
+        const STATUS: StatusShape = StatusShape::Shared("ancestors");
+        fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
+            status
+                .backend_tls_policies
+                .get(&ObjectKey::of(self.meta()))
+                .map(|s| json(&s.ancestors))
+        }
+        fn carried_status(&self, status: &mut Status) {
+            if let Some(s) = &self.status {
+                status
+                    .backend_tls_policies
+                    .insert(ObjectKey::of(self.meta()), s.clone());
+            }
+        }
+    };
+    (@role object) => {
+        const STATUS: StatusShape = StatusShape::None;
+    };
+    (@route route, $ty:ty, $visitor:ident) => { $visitor.visit::<$ty>() };
+    (@route $other:ident, $ty:ty, $visitor:ident) => {};
+}
+
+fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+/// Status goes to the API as JSON; Gatehouse's status types always serialise.
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+const REQUIRED: Watch = Watch::All { required: true };
+const OPTIONAL: Watch = Watch::All { required: false };
+
+registry! {
+    gateway_classes: GatewayClass, ["v1", "v1beta1"], REQUIRED, cluster, class;
+    gateways: Gateway, ["v1", "v1beta1"], REQUIRED, namespaced, gateway;
+    http_routes: HttpRoute, ["v1", "v1beta1"], REQUIRED, namespaced, route;
+    tls_routes: TlsRoute, ["v1", "v1alpha3", "v1alpha2"], OPTIONAL, namespaced, route;
+    reference_grants: ReferenceGrant, ["v1", "v1beta1"], OPTIONAL, namespaced, object;
+    backend_tls_policies: BackendTlsPolicy, ["v1", "v1alpha3"], OPTIONAL, namespaced, policy;
+    services: Service, ["v1"], REQUIRED, namespaced, object;
+    endpoint_slices: EndpointSlice, ["v1"], REQUIRED, namespaced, object;
+    namespaces: Namespace, ["v1"], REQUIRED, cluster, object;
+    /// Only the Secrets that Gateways reference need to be here (certificates).
+    secrets: Secret, ["v1"], Watch::Referenced(crate::refs::referenced_secrets), namespaced, object;
+    /// Only the ConfigMaps that Gateways and policies reference need to be here (CA bundles).
+    config_maps: ConfigMap, ["v1"], Watch::Referenced(crate::refs::referenced_config_maps), namespaced, object;
+}
+
+impl Input {
+    /// Adds one object of any registered kind.
+    pub fn push<K: Kind>(&mut self, object: K) {
+        K::of_mut(self).push(object);
+    }
+}

@@ -1,0 +1,194 @@
+//! HTTPRoute filters to filter templates. Rule filters and backendRef filters are separate
+//! generated types with the same fields, so one conversion is written once ([`filter_from!`])
+//! and instantiated for both (and for GRPCRoute's, which share the shape).
+
+use super::template::{FilterTemplate, RawRedirect};
+use gatehouse_ir as ir;
+
+/// Builds `fn $name(&$filter) -> Result<$crate::routes::http::FilterTemplate, String>` over one family of generated
+/// filter types (the filter, its type enum, and the enums of redirect and rewrite paths).
+macro_rules! filter_from {
+    ($name:ident, $filter:ty, $kind:ident, $redirect_path:ident, $rewrite_path:ident, $scheme:ident) => {
+        pub fn $name(f: &$filter) -> Result<$crate::routes::http::FilterTemplate, String> {
+            use $crate::routes::http::filters::header_modifier;
+            Ok(match f.r#type {
+                $kind::RequestHeaderModifier => {
+                    let m = f.request_header_modifier.as_ref();
+                    $crate::routes::http::FilterTemplate::Ready(
+                        gatehouse_ir::HttpFilter::RequestHeaders(header_modifier(
+                            m.and_then(|m| m.set.as_deref())
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|h| (&h.name, &h.value)),
+                            m.and_then(|m| m.add.as_deref())
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|h| (&h.name, &h.value)),
+                            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
+                        )),
+                    )
+                }
+                $kind::ResponseHeaderModifier => {
+                    let m = f.response_header_modifier.as_ref();
+                    $crate::routes::http::FilterTemplate::Ready(
+                        gatehouse_ir::HttpFilter::ResponseHeaders(header_modifier(
+                            m.and_then(|m| m.set.as_deref())
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|h| (&h.name, &h.value)),
+                            m.and_then(|m| m.add.as_deref())
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|h| (&h.name, &h.value)),
+                            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
+                        )),
+                    )
+                }
+                $kind::RequestRedirect => {
+                    let r = f.request_redirect.clone().unwrap_or_default();
+                    $crate::routes::http::filters::redirect(
+                        r.scheme.map(|s| match s {
+                            $scheme::Http => "http",
+                            $scheme::Https => "https",
+                        }),
+                        r.hostname.as_deref(),
+                        r.port,
+                        r.path.map(|p| {
+                            (
+                                matches!(p.r#type, $redirect_path::ReplaceFullPath),
+                                p.replace_full_path,
+                                p.replace_prefix_match,
+                            )
+                        }),
+                        r.status_code,
+                    )?
+                }
+                $kind::UrlRewrite => {
+                    let r = f.url_rewrite.clone().unwrap_or_default();
+                    $crate::routes::http::FilterTemplate::Ready(
+                        gatehouse_ir::HttpFilter::UrlRewrite(gatehouse_ir::UrlRewrite {
+                            hostname: r.hostname.as_deref().map(str::to_ascii_lowercase),
+                            path: $crate::routes::http::filters::path_modifier(r.path.map(|p| {
+                                (
+                                    matches!(p.r#type, $rewrite_path::ReplaceFullPath),
+                                    p.replace_full_path,
+                                    p.replace_prefix_match,
+                                )
+                            }))?,
+                        }),
+                    )
+                }
+                $kind::RequestMirror => {
+                    return Err($crate::routes::http::filters::unsupported("RequestMirror"))
+                }
+                $kind::ExtensionRef => {
+                    return Err($crate::routes::http::filters::unsupported("ExtensionRef"))
+                }
+                $kind::Cors => return Err($crate::routes::http::filters::unsupported("CORS")),
+            })
+        }
+    };
+}
+#[allow(unused_imports)] // GRPCRoute's filters will use it too.
+pub(crate) use filter_from;
+
+pub fn unsupported(kind: &str) -> String {
+    format!("filter type {kind} is not supported by Gatehouse")
+}
+
+/// Header names are matched case-insensitively: the IR keeps them in lower case.
+pub fn header_modifier<'a>(
+    set: impl Iterator<Item = (&'a String, &'a String)>,
+    add: impl Iterator<Item = (&'a String, &'a String)>,
+    remove: &[String],
+) -> ir::HeaderModifier {
+    let pairs = |list: &mut dyn Iterator<Item = (&'a String, &'a String)>| -> Vec<ir::HeaderValue> {
+        list.map(|(name, value)| ir::HeaderValue {
+            name: name.to_ascii_lowercase(),
+            value: value.clone(),
+        })
+        .collect()
+    };
+    let (mut set, mut add) = (set, add);
+    ir::HeaderModifier {
+        set: pairs(&mut set),
+        add: pairs(&mut add),
+        remove: remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
+    }
+}
+
+/// A path modifier given as (is ReplaceFullPath, replaceFullPath, replacePrefixMatch).
+type RawPath = (bool, Option<String>, Option<String>);
+
+pub fn path_modifier(p: Option<RawPath>) -> Result<Option<ir::PathModifier>, String> {
+    match p {
+        None => Ok(None),
+        Some((true, full, _)) => full
+            .map(|v| Some(ir::PathModifier::ReplaceFullPath(v)))
+            .ok_or_else(|| "ReplaceFullPath needs replaceFullPath".to_string()),
+        Some((false, _, prefix)) => prefix
+            .map(|v| Some(ir::PathModifier::ReplacePrefixMatch(v)))
+            .ok_or_else(|| "ReplacePrefixMatch needs replacePrefixMatch".to_string()),
+    }
+}
+
+pub fn redirect(
+    scheme: Option<&str>,
+    hostname: Option<&str>,
+    port: Option<i32>,
+    path: Option<RawPath>,
+    status: Option<i64>,
+) -> Result<FilterTemplate, String> {
+    let status = status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        return Err(format!("redirect status code {status} is not supported"));
+    }
+    Ok(FilterTemplate::Redirect(RawRedirect {
+        scheme: scheme.map(str::to_string),
+        hostname: hostname.map(str::to_ascii_lowercase),
+        port: port.and_then(|p| u16::try_from(p).ok()),
+        path: path_modifier(path)?,
+        status: status as u16,
+    }))
+}
+
+/// At most one RequestRedirect or URLRewrite per rule (or backendRef).
+pub fn check_exclusive(filters: &[FilterTemplate]) -> Result<(), String> {
+    let rewrites = filters
+        .iter()
+        .filter(|f| {
+            matches!(
+                f,
+                FilterTemplate::Redirect(_) | FilterTemplate::Ready(ir::HttpFilter::UrlRewrite(_))
+            )
+        })
+        .count();
+    if rewrites > 1 {
+        return Err(
+            "a rule may have one RequestRedirect or one URLRewrite, not both or several".into(),
+        );
+    }
+    Ok(())
+}
+
+mod generated {
+    use gateway_api::apis::standard::httproutes::*;
+
+    filter_from!(
+        rule_filter,
+        HttpRouteRulesFilters,
+        HttpRouteRulesFiltersType,
+        HttpRouteRulesFiltersRequestRedirectPathType,
+        HttpRouteRulesFiltersUrlRewritePathType,
+        HttpRouteRulesFiltersRequestRedirectScheme
+    );
+    filter_from!(
+        backend_filter,
+        HttpRouteRulesBackendRefsFilters,
+        HttpRouteRulesBackendRefsFiltersType,
+        HttpRouteRulesBackendRefsFiltersRequestRedirectPathType,
+        HttpRouteRulesBackendRefsFiltersUrlRewritePathType,
+        HttpRouteRulesBackendRefsFiltersRequestRedirectScheme
+    );
+}
+pub use generated::{backend_filter, rule_filter};

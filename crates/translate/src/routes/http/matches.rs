@@ -1,0 +1,186 @@
+//! HTTPRoute matches to IR matches, and the regular expressions in them checked the way the
+//! data plane compiles them.
+
+use crate::kinds::{Finding, PathSegment};
+use gatehouse_ir as ir;
+use gateway_api::apis::standard::httproutes::{
+    HttpRoute, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
+    HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesQueryParamsType,
+};
+
+/// Compile a user regex the way the data plane will, so an invalid one is caught here.
+fn check_regex(what: &str, re: &str) -> Result<(), String> {
+    regex::Regex::new(&ir::anchored_regex(re))
+        .map(|_| ())
+        .map_err(|e| format!("invalid regular expression in {what} {re:?}: {e}"))
+}
+
+fn method(m: &HttpRouteRulesMatchesMethod) -> &'static str {
+    use HttpRouteRulesMatchesMethod::*;
+    match m {
+        Get => "GET",
+        Head => "HEAD",
+        Post => "POST",
+        Put => "PUT",
+        Delete => "DELETE",
+        Connect => "CONNECT",
+        Options => "OPTIONS",
+        Trace => "TRACE",
+        Patch => "PATCH",
+    }
+}
+
+pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
+    let path = match &m.path {
+        None => ir::PathMatch::Prefix("/".into()),
+        Some(p) => {
+            let value = p.value.clone().unwrap_or_else(|| "/".into());
+            match p.r#type {
+                None | Some(HttpRouteRulesMatchesPathType::PathPrefix) => {
+                    if !value.starts_with('/') {
+                        return Err(format!("path prefix {value:?} must start with /"));
+                    }
+                    let trimmed = if value.len() > 1 {
+                        value.trim_end_matches('/')
+                    } else {
+                        &value
+                    };
+                    ir::PathMatch::Prefix(if trimmed.is_empty() {
+                        "/".into()
+                    } else {
+                        trimmed.into()
+                    })
+                }
+                Some(HttpRouteRulesMatchesPathType::Exact) => {
+                    if !value.starts_with('/') {
+                        return Err(format!("exact path {value:?} must start with /"));
+                    }
+                    ir::PathMatch::Exact(value)
+                }
+                Some(HttpRouteRulesMatchesPathType::RegularExpression) => {
+                    check_regex("path", &value)?;
+                    ir::PathMatch::Regex(value)
+                }
+            }
+        }
+    };
+    let mut headers: Vec<ir::HeaderMatch> = Vec::new();
+    for h in m.headers.iter().flatten() {
+        let name = h.name.to_ascii_lowercase();
+        // The spec: only the first match for a given header name counts.
+        if headers.iter().any(|x| x.name == name) {
+            continue;
+        }
+        let value = match h.r#type {
+            Some(HttpRouteRulesMatchesHeadersType::RegularExpression) => {
+                check_regex("header match", &h.value)?;
+                ir::StringMatch::Regex(h.value.clone())
+            }
+            _ => ir::StringMatch::Exact(h.value.clone()),
+        };
+        headers.push(ir::HeaderMatch { name, value });
+    }
+    let mut query_params: Vec<ir::QueryParamMatch> = Vec::new();
+    for q in m.query_params.iter().flatten() {
+        if query_params.iter().any(|x| x.name == q.name) {
+            continue;
+        }
+        let value = match q.r#type {
+            Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression) => {
+                check_regex("query parameter match", &q.value)?;
+                ir::StringMatch::Regex(q.value.clone())
+            }
+            _ => ir::StringMatch::Exact(q.value.clone()),
+        };
+        query_params.push(ir::QueryParamMatch {
+            name: q.name.clone(),
+            value,
+        });
+    }
+    Ok(ir::HttpMatch {
+        path,
+        method: m.method.as_ref().map(|m| method(m).to_string()),
+        headers,
+        query_params,
+    })
+}
+
+/// The one-line gist of a regex error (syntax errors print the pattern and a caret).
+fn regex_error(e: &regex::Error) -> String {
+    match e {
+        regex::Error::Syntax(s) => s
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_owned())
+            .unwrap_or_else(|| s.clone()),
+        other => other.to_string(),
+    }
+}
+
+fn key(k: &str) -> PathSegment {
+    PathSegment::Key(k.to_string())
+}
+
+/// Every RegularExpression match of the route that does not compile, by field path.
+pub fn regex_findings(route: &HttpRoute) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let rules = route.spec.rules.as_deref().unwrap_or_default();
+    for (r, rule) in rules.iter().enumerate() {
+        for (m, matched) in rule
+            .matches
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let base = [
+                key("spec"),
+                key("rules"),
+                PathSegment::Index(r),
+                key("matches"),
+                PathSegment::Index(m),
+            ];
+            let mut check = |value: &str, tail: &[PathSegment]| {
+                let Err(e) = regex::Regex::new(&ir::anchored_regex(value)) else {
+                    return;
+                };
+                let path: Vec<PathSegment> = base.iter().chain(tail).cloned().collect();
+                out.push(Finding {
+                    message: format!(
+                        "{}: invalid regular expression {value:?}: {}",
+                        crate::kinds::display_path(&path),
+                        regex_error(&e)
+                    ),
+                    value: Some(value.to_string()),
+                    path,
+                });
+            };
+            if let Some(p) = &matched.path
+                && p.r#type == Some(HttpRouteRulesMatchesPathType::RegularExpression)
+                && let Some(v) = &p.value
+            {
+                check(v, &[key("path"), key("value")]);
+            }
+            for (h, header) in matched.headers.iter().flatten().enumerate() {
+                if header.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression) {
+                    check(
+                        &header.value,
+                        &[key("headers"), PathSegment::Index(h), key("value")],
+                    );
+                }
+            }
+            for (q, query) in matched.query_params.iter().flatten().enumerate() {
+                if query.r#type == Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression) {
+                    check(
+                        &query.value,
+                        &[key("queryParams"), PathSegment::Index(q), key("value")],
+                    );
+                }
+            }
+        }
+    }
+    out
+}

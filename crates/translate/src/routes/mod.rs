@@ -1,0 +1,524 @@
+//! Routes of every kind: one attachment path and one status shape.
+//!
+//! A route kind ([`RouteKind`]) says what its parentRefs and hostnames are and turns its rules
+//! into [`RouteRule`]s. Everything else is shared and lives here: whether the route is ours at
+//! all, which listeners its parentRefs select and allow it, the hostnames it serves there,
+//! backendRef resolution (through [`RuleCtx`]), and the Accepted, ResolvedRefs and
+//! PartiallyInvalid conditions of every parent.
+
+pub mod http;
+pub mod tls;
+
+use crate::backends::{BackendRef, Backends, RefProblem};
+use crate::conditions::{condition, names::*};
+use crate::gateways::GatewayCtx;
+use crate::hostname;
+use crate::kinds::{Finding, Kind};
+use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace};
+use crate::refs::Referrer;
+use gatehouse_ir as ir;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// A route kind: HTTPRoute, TLSRoute, and whatever comes next. Implement it in one file and add
+/// the kind to the registry (`kinds.rs`); attachment, backend resolution and status come with it.
+pub trait RouteKind: Kind {
+    /// Listener protocols that take this kind when `allowedRoutes.kinds` is not set.
+    const PROTOCOLS: &'static [&'static str];
+
+    fn parent_refs(&self) -> Vec<ParentRef>;
+    fn hostnames(&self) -> &[String];
+    /// One entry per rule of the spec, in order: the rule as the data plane serves it, or why
+    /// it cannot be served as written (the rule is then dropped: PartiallyInvalid). Backend
+    /// problems do not drop a rule; [`RuleCtx::backend`] records them for ResolvedRefs.
+    fn rules(&self, ctx: &mut RuleCtx<'_, '_>) -> Vec<Result<RouteRule, String>>;
+    /// The status the route carries now (every controller's entries).
+    fn carried_status(&self) -> Option<RouteStatus>;
+    /// Problems a manifest check can point at by field path (see [`Finding`]).
+    fn findings(&self) -> Vec<Finding> {
+        Vec::new()
+    }
+}
+
+/// A translated rule, by the listener protocol that serves it.
+#[derive(Clone, Debug)]
+pub enum RouteRule {
+    /// HTTP and HTTPS listeners: matches, filters and backends (redirect defaults still to be
+    /// resolved per listener).
+    Http(http::RuleTemplate),
+    /// TLS listeners: the stream goes to one of these backends.
+    Tls {
+        route: ir::RouteRef,
+        backends: Vec<ir::WeightedBackend>,
+    },
+}
+
+/// A parentRef as every route kind spells it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// `ParentRef` from a generated parentRef type: every route kind's has the same fields.
+macro_rules! parent_ref_from {
+    ($($ty:ty),+) => {$(
+        impl From<&$ty> for ParentRef {
+            fn from(r: &$ty) -> Self {
+                ParentRef {
+                    group: r.group.clone(),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                    namespace: r.namespace.clone(),
+                    port: r.port,
+                    section_name: r.section_name.clone(),
+                }
+            }
+        }
+    )+};
+}
+pub(crate) use parent_ref_from;
+
+/// `RouteStatus` from a generated route status type (its parentRef type must have
+/// [`parent_ref_from`]).
+macro_rules! route_status_from {
+    ($($ty:ty),+) => {$(
+        impl From<&$ty> for $crate::routes::RouteStatus {
+            fn from(s: &$ty) -> Self {
+                $crate::routes::RouteStatus {
+                    parents: s
+                        .parents
+                        .iter()
+                        .map(|p| $crate::routes::RouteParentStatus {
+                            parent_ref: (&p.parent_ref).into(),
+                            controller_name: p.controller_name.clone(),
+                            conditions: p.conditions.clone(),
+                        })
+                        .collect(),
+                }
+            }
+        }
+    )+};
+}
+pub(crate) use route_status_from;
+
+/// What a route kind's status says (every kind has this shape): one entry per parentRef that
+/// names one of our Gateways.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouteStatus {
+    pub parents: Vec<RouteParentStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    pub parent_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}
+
+/// A route of some kind, by kind and namespace/name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RouteKey {
+    pub kind: String,
+    pub key: ObjectKey,
+}
+
+impl RouteKey {
+    pub fn of<R: Kind>(key: ObjectKey) -> Self {
+        RouteKey {
+            kind: R::kind_name(),
+            key,
+        }
+    }
+}
+
+/// What a rule's translation may ask of the shared machinery.
+pub struct RuleCtx<'b, 'a> {
+    backends: &'b mut Backends<'a>,
+    referrer: Referrer<'b>,
+    /// backendRef problems, for ResolvedRefs (the first one is reported).
+    problems: Vec<RefProblem>,
+    route: ir::RouteRef,
+}
+
+/// A resolved backendRef: where its traffic goes.
+pub struct ResolvedBackend {
+    pub target: ir::BackendTarget,
+    /// The cluster a BackendTLSPolicy problem kept this backend from using: the policy still
+    /// reports the Gateways it would have served.
+    pub policy_cluster: Option<String>,
+}
+
+impl RuleCtx<'_, '_> {
+    /// The route rule `index` of this route, for metrics and logs.
+    pub fn route_ref(&self, index: usize) -> ir::RouteRef {
+        ir::RouteRef {
+            rule: index,
+            ..self.route.clone()
+        }
+    }
+
+    /// Resolves a backendRef. A reference that cannot be used becomes an invalid target (its
+    /// share of the traffic is answered 500) and its problem is recorded for ResolvedRefs.
+    pub fn backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
+        match self.backends.resolve(self.referrer, r) {
+            Ok(cluster) => ResolvedBackend {
+                target: ir::BackendTarget::Cluster(cluster),
+                policy_cluster: None,
+            },
+            Err(problem) => {
+                let resolved = ResolvedBackend {
+                    target: ir::BackendTarget::Invalid {
+                        reason: problem.message.clone(),
+                    },
+                    policy_cluster: problem.policy_cluster.clone(),
+                };
+                self.problems.push(problem);
+                resolved
+            }
+        }
+    }
+}
+
+/// A route's rules attached to one listener with the hostnames it serves there.
+pub struct Attachment {
+    pub gateway: usize,
+    pub listener: usize,
+    pub hostnames: Vec<String>,
+    pub route_age: (Timestamp, ObjectKey),
+    /// (index in the route's spec, rule)
+    pub rules: Rc<Vec<(usize, RouteRule)>>,
+}
+
+/// Everything the routes of all kinds attached, and their status.
+#[derive(Default)]
+pub struct Attached {
+    pub attachments: Vec<Attachment>,
+    pub status: BTreeMap<RouteKey, RouteStatus>,
+}
+
+/// The shared inputs of attaching routes.
+pub struct AttachCtx<'g, 'a> {
+    pub gateways: &'g mut [GatewayCtx<'a>],
+    pub backends: &'g mut Backends<'a>,
+    pub namespace_labels: &'g BTreeMap<String, BTreeMap<String, String>>,
+    pub controller: &'g str,
+}
+
+/// Attaches every route of kind `R`, oldest first. Only routes with at least one parentRef
+/// naming one of our Gateways get a status: the others are none of our business, and their
+/// backends must not show up in our configuration.
+pub fn attach_kind<R: RouteKind>(routes: &[R], ctx: &mut AttachCtx<'_, '_>, out: &mut Attached) {
+    let mut ordered: Vec<&R> = routes.iter().collect();
+    ordered.sort_by_key(|r| age_key(r.meta()));
+    let kind = R::kind_name();
+    for route in ordered {
+        let meta = route.meta();
+        let key = ObjectKey::of(meta);
+        let parents = route.parent_refs();
+        if !names_our_gateway(&parents, &key.namespace, ctx.gateways) {
+            continue;
+        }
+        let status = attach_route(route, &kind, &key, &parents, ctx, &mut out.attachments);
+        out.status.insert(
+            RouteKey {
+                kind: kind.clone(),
+                key,
+            },
+            status,
+        );
+    }
+}
+
+fn names_our_gateway(parents: &[ParentRef], route_ns: &str, gateways: &[GatewayCtx]) -> bool {
+    parents.iter().any(|p| {
+        let ns = p.namespace.as_deref().unwrap_or(route_ns);
+        gateways
+            .iter()
+            .any(|g| g.key == ObjectKey::new(ns, p.name.clone()))
+    })
+}
+
+fn attach_route<R: RouteKind>(
+    route: &R,
+    kind: &str,
+    key: &ObjectKey,
+    parents: &[ParentRef],
+    ctx: &mut AttachCtx<'_, '_>,
+    attachments: &mut Vec<Attachment>,
+) -> RouteStatus {
+    let meta = route.meta();
+    let generation = meta.generation;
+    let mut rule_ctx = RuleCtx {
+        backends: ctx.backends,
+        referrer: Referrer {
+            group: GATEWAY_GROUP,
+            kind,
+            namespace: &key.namespace,
+        },
+        problems: Vec::new(),
+        route: ir::RouteRef {
+            kind: kind.to_string(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            rule: 0,
+        },
+    };
+    let translated = route.rules(&mut rule_ctx);
+    let ref_problems = rule_ctx.problems;
+    let spec_rules = translated.len();
+    let mut rules = Vec::new();
+    let mut rule_problems = Vec::new();
+    for (index, rule) in translated.into_iter().enumerate() {
+        match rule {
+            Ok(rule) => rules.push((index, rule)),
+            Err(problem) => rule_problems.push(format!("rule {index}: {problem}")),
+        }
+    }
+    let all_invalid = (spec_rules > 0 && rules.is_empty()).then(|| rule_problems.join("; "));
+    let rules = Rc::new(rules);
+    let outcomes = select_listeners(
+        kind,
+        meta,
+        parents,
+        route.hostnames(),
+        all_invalid.as_deref(),
+        ctx.gateways,
+        ctx.namespace_labels,
+    );
+
+    let resolved = match ref_problems.first() {
+        Some(p) => condition(
+            RESOLVED_REFS,
+            false,
+            p.reason,
+            p.message.clone(),
+            generation,
+        ),
+        None => condition(
+            RESOLVED_REFS,
+            true,
+            RESOLVED_REFS,
+            "Resolved all references",
+            generation,
+        ),
+    };
+    let mut parent_statuses = Vec::new();
+    for o in outcomes {
+        for (li, hosts) in o.listeners {
+            // Two parentRefs may select the same listener: serve the rules once, for the union
+            // of the hostnames.
+            let same = |a: &&mut Attachment| {
+                a.gateway == o.gateway && a.listener == li && Rc::ptr_eq(&a.rules, &rules)
+            };
+            match attachments.iter_mut().find(|a| same(a)) {
+                Some(existing) => {
+                    existing.hostnames.extend(hosts);
+                    existing.hostnames.sort();
+                    existing.hostnames.dedup();
+                }
+                None => attachments.push(Attachment {
+                    gateway: o.gateway,
+                    listener: li,
+                    hostnames: hosts,
+                    route_age: age_key(meta),
+                    rules: Rc::clone(&rules),
+                }),
+            }
+        }
+        let mut conditions = vec![o.accepted, resolved.clone()];
+        if !rule_problems.is_empty() && all_invalid.is_none() {
+            conditions.push(condition(
+                PARTIALLY_INVALID,
+                true,
+                UNSUPPORTED_VALUE,
+                format!("dropped {}", rule_problems.join("; ")),
+                generation,
+            ));
+        }
+        parent_statuses.push(RouteParentStatus {
+            parent_ref: o.parent,
+            controller_name: ctx.controller.to_string(),
+            conditions,
+        });
+    }
+    RouteStatus {
+        parents: parent_statuses,
+    }
+}
+
+/// Where one parentRef attached the route, and its Accepted condition.
+struct ParentOutcome {
+    parent: ParentRef,
+    gateway: usize,
+    accepted: Condition,
+    /// (listener index, hostnames served there)
+    listeners: Vec<(usize, Vec<String>)>,
+}
+
+/// For each parentRef that names one of our Gateways: the listeners it selects that allow a
+/// route of `kind` from the route's namespace and share a hostname with it, and the Accepted
+/// condition. `invalid` is the reason no rule of the route can be served, if so: the route then
+/// attaches nowhere. Counts attachedRoutes on the listeners it is Accepted on.
+fn select_listeners(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    parents: &[ParentRef],
+    hostnames: &[String],
+    invalid: Option<&str>,
+    gateways: &mut [GatewayCtx],
+    namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<ParentOutcome> {
+    let route_ns = namespace(meta);
+    let generation = meta.generation;
+    let mut counted: BTreeSet<(usize, usize)> = BTreeSet::new();
+    let mut out = Vec::new();
+    for pref in parents {
+        let group = pref.group.as_deref().unwrap_or(GATEWAY_GROUP);
+        if group != GATEWAY_GROUP || pref.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
+            continue;
+        }
+        let ns = pref.namespace.clone().unwrap_or_else(|| route_ns.clone());
+        let key = ObjectKey::new(ns, pref.name.clone());
+        let Some(gi) = gateways.iter().position(|g| g.key == key) else {
+            continue;
+        };
+        let gw = &mut gateways[gi];
+        let gw_ns = gw.key.namespace.clone();
+        let candidates: Vec<usize> = (0..gw.listeners.len())
+            .filter(|&i| {
+                pref.section_name
+                    .as_ref()
+                    .is_none_or(|s| *s == gw.listeners[i].name)
+            })
+            .filter(|&i| {
+                pref.port
+                    .is_none_or(|p| i32::from(gw.listeners[i].port) == p)
+            })
+            .collect();
+        let allowed: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let l = &gw.listeners[i];
+                l.allows_kind(GATEWAY_GROUP, kind)
+                    && l.allows_namespace(&gw_ns, &route_ns, namespace_labels)
+            })
+            .collect();
+        let mut listeners: Vec<(usize, Vec<String>)> = allowed
+            .iter()
+            .filter_map(|&li| {
+                hostname::intersect(gw.listeners[li].hostname.as_deref(), hostnames)
+                    .map(|hosts| (li, hosts))
+            })
+            .collect();
+        let accepted = if candidates.is_empty() {
+            condition(
+                ACCEPTED,
+                false,
+                NO_MATCHING_PARENT,
+                "no listener matches the parentRef's sectionName and port",
+                generation,
+            )
+        } else if allowed.is_empty() {
+            condition(
+                ACCEPTED,
+                false,
+                NOT_ALLOWED_BY_LISTENERS,
+                format!("no listener allows this {kind} (kind or namespace)"),
+                generation,
+            )
+        } else if listeners.is_empty() {
+            condition(
+                ACCEPTED,
+                false,
+                NO_MATCHING_LISTENER_HOSTNAME,
+                "no listener hostname intersects the route's hostnames",
+                generation,
+            )
+        } else if let Some(why) = invalid {
+            listeners.clear();
+            condition(
+                ACCEPTED,
+                false,
+                UNSUPPORTED_VALUE,
+                why.to_string(),
+                generation,
+            )
+        } else {
+            condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
+        };
+        // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
+        // listener's own conditions (a listener with a bad certificate still counts them).
+        if accepted.status == "True" {
+            for &(li, _) in &listeners {
+                if counted.insert((gi, li)) {
+                    gw.listeners[li].attached_routes += 1;
+                }
+            }
+        }
+        out.push(ParentOutcome {
+            parent: pref.clone(),
+            gateway: gi,
+            accepted,
+            listeners,
+        });
+    }
+    out
+}
+
+/// Attaches the routes of every registered kind.
+pub fn attach_all(input: &crate::Input, ctx: &mut AttachCtx<'_, '_>) -> Attached {
+    struct Visit<'i, 'c, 'g, 'a> {
+        input: &'i crate::Input,
+        ctx: &'c mut AttachCtx<'g, 'a>,
+        out: Attached,
+    }
+    impl crate::kinds::RouteKindVisitor for Visit<'_, '_, '_, '_> {
+        fn visit<R: RouteKind>(&mut self) {
+            attach_kind(R::of(self.input), self.ctx, &mut self.out);
+        }
+    }
+    let mut visit = Visit {
+        input,
+        ctx,
+        out: Attached::default(),
+    };
+    crate::kinds::for_each_route_kind(&mut visit);
+    visit.out
+}
+
+/// The route kinds a listener of `protocol` takes by default, in registry order.
+pub fn kinds_for_protocol(protocol: &str) -> Vec<String> {
+    struct Visit<'p> {
+        protocol: &'p str,
+        kinds: Vec<String>,
+    }
+    impl crate::kinds::RouteKindVisitor for Visit<'_> {
+        fn visit<R: RouteKind>(&mut self) {
+            if R::PROTOCOLS.contains(&self.protocol) {
+                self.kinds.push(R::kind_name());
+            }
+        }
+    }
+    let mut visit = Visit {
+        protocol,
+        kinds: Vec::new(),
+    };
+    crate::kinds::for_each_route_kind(&mut visit);
+    visit.kinds
+}
