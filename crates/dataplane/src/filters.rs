@@ -1,8 +1,47 @@
-//! Rule and backend filters: header modifiers, redirects and URL rewrites.
+//! Rule and backend filters: header modifiers, redirects and URL rewrites, each beside its
+//! conversion from the IR.
 
 use crate::headers::HeaderEdit;
+use gatehouse_ir as ir;
+use http::header::{InvalidHeaderName, InvalidHeaderValue};
 use http::{HeaderName, HeaderValue, StatusCode};
 use std::borrow::Cow;
+
+/// Why a filter of the IR cannot run here (translate refuses these, so they only come from an
+/// IR made elsewhere).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FilterError {
+    #[error("header name {name:?}: {source}")]
+    HeaderName {
+        name: String,
+        source: InvalidHeaderName,
+    },
+    #[error("value of header {name:?}: {source}")]
+    HeaderValue {
+        name: String,
+        source: InvalidHeaderValue,
+    },
+    #[error("redirect status {0} is not a redirection")]
+    RedirectStatus(u16),
+    #[error("rewrite hostname {hostname:?}: {source}")]
+    RewriteHostname {
+        hostname: String,
+        source: InvalidHeaderValue,
+    },
+}
+
+impl TryFrom<&ir::HttpFilter> for Filter {
+    type Error = FilterError;
+
+    fn try_from(f: &ir::HttpFilter) -> Result<Self, FilterError> {
+        Ok(match f {
+            ir::HttpFilter::RequestHeaders(m) => Filter::RequestHeaders(m.try_into()?),
+            ir::HttpFilter::ResponseHeaders(m) => Filter::ResponseHeaders(m.try_into()?),
+            ir::HttpFilter::Redirect(r) => Filter::Redirect(r.try_into()?),
+            ir::HttpFilter::UrlRewrite(r) => Filter::UrlRewrite(r.try_into()?),
+        })
+    }
+}
 
 #[derive(Debug)]
 pub(crate) enum Filter {
@@ -20,6 +59,37 @@ pub(crate) struct HeaderMods {
     pub set: Box<[(HeaderName, HeaderValue)]>,
     pub add: Box<[(HeaderName, HeaderValue)]>,
     pub remove: Box<[HeaderName]>,
+}
+
+fn header_name(name: &str) -> Result<HeaderName, FilterError> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|source| FilterError::HeaderName {
+        name: name.to_string(),
+        source,
+    })
+}
+
+impl TryFrom<&ir::HeaderModifier> for HeaderMods {
+    type Error = FilterError;
+
+    fn try_from(m: &ir::HeaderModifier) -> Result<Self, FilterError> {
+        let pair = |h: &ir::HeaderValue| -> Result<(HeaderName, HeaderValue), FilterError> {
+            let value =
+                HeaderValue::from_str(&h.value).map_err(|source| FilterError::HeaderValue {
+                    name: h.name.clone(),
+                    source,
+                })?;
+            Ok((header_name(&h.name)?, value))
+        };
+        Ok(HeaderMods {
+            set: m.set.iter().map(pair).collect::<Result<_, _>>()?,
+            add: m.add.iter().map(pair).collect::<Result<_, _>>()?,
+            remove: m
+                .remove
+                .iter()
+                .map(|n| header_name(n))
+                .collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 impl HeaderMods {
@@ -40,6 +110,15 @@ impl HeaderMods {
 pub(crate) enum PathModifier {
     Full(Box<str>),
     Prefix(Box<str>),
+}
+
+impl From<&ir::PathModifier> for PathModifier {
+    fn from(p: &ir::PathModifier) -> Self {
+        match p {
+            ir::PathModifier::ReplaceFullPath(p) => PathModifier::Full(p.as_str().into()),
+            ir::PathModifier::ReplacePrefixMatch(p) => PathModifier::Prefix(p.as_str().into()),
+        }
+    }
 }
 
 impl PathModifier {
@@ -89,6 +168,23 @@ pub(crate) struct RedirectSpec {
     pub port: Option<u16>,
     pub path: Option<PathModifier>,
     pub status: StatusCode,
+}
+
+impl TryFrom<&ir::Redirect> for RedirectSpec {
+    type Error = FilterError;
+
+    fn try_from(r: &ir::Redirect) -> Result<Self, FilterError> {
+        Ok(RedirectSpec {
+            scheme: r.scheme.to_ascii_lowercase().into(),
+            hostname: r.hostname.as_deref().map(Into::into),
+            port: r.port,
+            path: r.path.as_ref().map(Into::into),
+            status: StatusCode::from_u16(r.status)
+                .ok()
+                .filter(StatusCode::is_redirection)
+                .ok_or(FilterError::RedirectStatus(r.status))?,
+        })
+    }
 }
 
 impl RedirectSpec {
@@ -150,6 +246,26 @@ fn itoa_u16(mut n: u16, buf: &mut [u8; 5]) -> &str {
 pub(crate) struct RewriteSpec {
     pub hostname: Option<HeaderValue>,
     pub path: Option<PathModifier>,
+}
+
+impl TryFrom<&ir::UrlRewrite> for RewriteSpec {
+    type Error = FilterError;
+
+    fn try_from(r: &ir::UrlRewrite) -> Result<Self, FilterError> {
+        Ok(RewriteSpec {
+            hostname: r
+                .hostname
+                .as_deref()
+                .map(|h| {
+                    HeaderValue::from_str(h).map_err(|source| FilterError::RewriteHostname {
+                        hostname: h.to_string(),
+                        source,
+                    })
+                })
+                .transpose()?,
+            path: r.path.as_ref().map(Into::into),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +383,51 @@ mod tests {
             ["one", "two"]
         );
         assert!(!h.contains_key("x-gone"));
+    }
+
+    #[test]
+    fn conversions_refuse_what_cannot_run() {
+        let header = |name: &str, value: &str| ir::HeaderValue {
+            name: name.into(),
+            value: value.into(),
+        };
+        let mods = |set| {
+            Filter::try_from(&ir::HttpFilter::RequestHeaders(ir::HeaderModifier {
+                set,
+                ..Default::default()
+            }))
+        };
+        assert!(mods(vec![header("x-ok", "fine")]).is_ok());
+        assert!(matches!(
+            mods(vec![header("x bad", "v")]),
+            Err(FilterError::HeaderName { .. })
+        ));
+        assert!(matches!(
+            mods(vec![header("x-ok", "a\r\nb")]),
+            Err(FilterError::HeaderValue { .. })
+        ));
+        let redirect = |status| {
+            Filter::try_from(&ir::HttpFilter::Redirect(ir::Redirect {
+                scheme: "HTTPS".into(),
+                hostname: None,
+                port: None,
+                path: None,
+                status,
+            }))
+        };
+        match redirect(301) {
+            Ok(Filter::Redirect(r)) => assert_eq!(&*r.scheme, "https"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            redirect(200),
+            Err(FilterError::RedirectStatus(200))
+        ));
+        let rewrite = Filter::try_from(&ir::HttpFilter::UrlRewrite(ir::UrlRewrite {
+            hostname: Some("a\nb".into()),
+            path: None,
+        }));
+        assert!(matches!(rewrite, Err(FilterError::RewriteHostname { .. })));
     }
 
     #[test]

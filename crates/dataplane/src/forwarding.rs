@@ -3,9 +3,9 @@
 //! filters, backend choice, backend filters, endpoint choice, and the answers Gatehouse gives
 //! itself when one of them decides the request goes nowhere.
 
-use crate::compile::{Backend, ClusterState, CompiledRule, Endpoint, Target};
 use crate::filters::Filter;
 use crate::headers::HeaderEdit;
+use crate::table::{Backend, ClusterState, CompiledRule, Endpoint, Target};
 use http::{HeaderValue, StatusCode};
 
 /// A response Gatehouse makes itself.

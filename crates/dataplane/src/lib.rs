@@ -5,28 +5,36 @@
 //! started with. Sockets are opened and closed as listener addresses come and go, and nothing
 //! ever reloads.
 //!
-//! Module map: `compile` (IR -> tables), `router` (host and rule matching), `filters` (header
-//! modifiers, redirects, rewrites), `balancer` (weighted and round-robin choice), `upstream`
-//! (clients, backend TLS, hop-by-hop hygiene, upgrades), `proxy` (the request path),
-//! `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls` (certificates, server and
-//! client configurations, ClientHello peek), `stream` (TCP forwarding for TLSRoute), `h1` (the
-//! HTTP/1.1 path and backend pools), `workers` (per-thread runtimes connections run on), `metrics`.
+//! Module map: `table` (the compiled runtime tables), `compile` (IR -> tables, and the
+//! contain-versus-reject policy), `matchers` (path, header, query and method matchers, each with
+//! its conversion from the IR), `filters` (header modifiers, redirects, rewrites, likewise),
+//! `router` (host and rule selection), `conn` (a connection's context and the routing prologue
+//! both request paths share), `forwarding` (filters, backend and endpoint choice), `h1` (the
+//! HTTP/1.1 path and backend pools), `hyper_path` (HTTP/2 and what the HTTP/1 path hands over),
+//! `balancer` (weighted and round-robin choice), `upstream` (clients, backend TLS, hop-by-hop
+//! hygiene, upgrades), `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls`
+//! (certificates, server and client configurations, ClientHello peek), `stream` (TCP
+//! forwarding for TLSRoute), `workers` (per-thread runtimes connections run on), `metrics`.
 
 mod balancer;
 mod compile;
+mod conn;
 mod filters;
 mod forwarding;
 mod h1;
 mod headers;
+mod hyper_path;
 mod listeners;
+mod matchers;
 mod metrics;
-mod proxy;
 mod router;
 mod stream;
+mod table;
 mod tls;
 mod upstream;
 mod workers;
 
+pub use compile::Diagnostic;
 pub use metrics::Metrics;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -96,6 +104,15 @@ impl std::error::Error for BindError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
     }
+}
+
+/// What one [`DataPlane::apply`] did besides serving the configuration.
+#[derive(Debug, Default)]
+pub struct ApplyReport {
+    /// Addresses that could not be bound; retried on the next apply that still lists them.
+    pub bind_errors: Vec<BindError>,
+    /// What the data plane contained instead of rejecting (see [`Diagnostic`]).
+    pub diagnostics: Vec<Diagnostic>,
 }
 
 /// What every socket, connection and request shares.
@@ -226,25 +243,34 @@ impl DataPlane {
     /// the swap uses the new certificate, established TLS connections keep theirs. Unchanged
     /// certificates, listener TLS configurations and backend TLS clients are reused from the
     /// previous apply (so session caches and pooled backend connections survive).
-    pub async fn apply(&self, config: &gatehouse_ir::Config) -> Vec<BindError> {
+    ///
+    /// Parts of the configuration that cannot run here are contained and reported in the
+    /// returned [`ApplyReport`], never rejected (the policy is in `compile`).
+    pub async fn apply(&self, config: &gatehouse_ir::Config) -> ApplyReport {
         let _serial = self.apply_lock.lock().await;
         if self.shared.draining.is_cancelled() {
             warn!("apply after shutdown ignored");
-            return Vec::new();
+            return ApplyReport::default();
         }
         self.sweeper.call_once(|| {
             tokio::spawn(sweep_idle_upstreams(Arc::downgrade(&self.shared)));
         });
-        let tables = {
+        let (tables, diagnostics) = {
             let mut tls = self.tls.lock().unwrap_or_else(|e| e.into_inner());
-            compile::Compiler {
+            let mut compiler = compile::Compiler {
                 metrics: &self.shared.metrics,
                 upstreams: &self.shared.upstreams,
                 tls: &mut tls,
                 default_timeout: self.shared.default_request_timeout,
-            }
-            .compile(config)
+                diagnostics: Vec::new(),
+            };
+            let tables = compiler.compile(config);
+            (tables, compiler.diagnostics)
         };
+        self.shared
+            .metrics
+            .config_diagnostics
+            .set(diagnostics.len() as i64);
 
         // Close removed addresses first, so that an address moving between two listeners (or
         // from a wildcard to a specific IP) can be bound again in this same apply.
@@ -267,7 +293,7 @@ impl DataPlane {
             info!(%address, "listener removed; its connections drain");
         }
 
-        let mut errors = Vec::new();
+        let mut bind_errors = Vec::new();
         let mut sockets = self.sockets();
         for (address, table) in tables {
             if let Some(socket) = sockets.get(&address) {
@@ -282,11 +308,14 @@ impl DataPlane {
                 }
                 Err(error) => {
                     warn!(%address, %error, "cannot bind listener");
-                    errors.push(BindError { address, error });
+                    bind_errors.push(BindError { address, error });
                 }
             }
         }
-        errors
+        ApplyReport {
+            bind_errors,
+            diagnostics,
+        }
     }
 
     /// Stop accepting everywhere, let in-flight requests finish, close idle keep-alive

@@ -8,8 +8,9 @@
 //! backend), or pass the untouched bytes through to a TLSRoute backend. Certificates live in
 //! the table, so a swap changes what new handshakes see and nothing else.
 
-use crate::compile::{ListenerMode, SocketTable};
-use crate::proxy::{self, ConnContext};
+use crate::conn::ConnContext;
+use crate::hyper_path;
+use crate::table::{ListenerMode, SocketTable};
 use crate::tls::{self, FailureReason, HelloError};
 use crate::{Metrics, Shared, h1, stream};
 use arc_swap::ArcSwap;
@@ -396,7 +397,7 @@ async fn serve_hyper<I>(
     // kilobytes; inline, those copies were a sixth of the CPU of an HTTP/2 benchmark.
     let service = hyper::service::service_fn(move |req| {
         let conn = conn.clone();
-        Box::pin(async move { Ok::<_, Infallible>(proxy::handle(conn, req).await) })
+        Box::pin(async move { Ok::<_, Infallible>(hyper_path::handle(conn, req).await) })
     });
     let connection = shared
         .server

@@ -68,6 +68,7 @@ pub struct Metrics {
     pub(crate) tls_handshakes: Family<ListenerLabels, Counter>,
     pub(crate) tls_failures: Family<ReasonLabels, Counter>,
     pub(crate) certificate_expiry: Family<CertificateLabels, Gauge>,
+    pub(crate) config_diagnostics: Gauge,
 }
 
 impl Metrics {
@@ -81,6 +82,7 @@ impl Metrics {
             tls_handshakes: Family::default(),
             tls_failures: Family::default(),
             certificate_expiry: Family::default(),
+            config_diagnostics: Gauge::default(),
         };
         // Every reason exists from the start, so that rates and alerts see zeros.
         for reason in FailureReason::ALL {
@@ -88,6 +90,11 @@ impl Metrics {
                 reason: reason.as_str(),
             });
         }
+        registry.register(
+            "gatehouse_dataplane_config_diagnostics",
+            "Problems in the applied configuration that the data plane contained (a match that never matches, a rule answering 500, a listener refusing handshakes); listed at /status",
+            metrics.config_diagnostics.clone(),
+        );
         registry.register(
             "gatehouse_http_requests",
             "HTTP requests answered, by gateway, route and status code",

@@ -3,7 +3,7 @@
 //! secures the backend).
 
 use crate::Shared;
-use crate::compile::{ClusterState, CompiledListener, Target};
+use crate::table::{ClusterState, CompiledListener, Target};
 use crate::upstream::TlsUpstream;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,8 +13,8 @@
 //! settings are unchanged, so pooled TLS connections survive unrelated configuration changes.
 
 use crate::Options;
-use crate::compile::Endpoint;
 use crate::h1;
+use crate::table::Endpoint;
 use crate::tls::{ClientKey, Reuse};
 use arc_swap::ArcSwapOption;
 use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};

@@ -806,7 +806,7 @@ async fn bind_errors_are_reported_and_the_rest_applies() {
     };
     let cfg = config(vec![l(taken_port), l(free)], vec![http1("a", vec![be])]);
     let (dp, _) = dataplane(Options::default()).await;
-    let errors = dp.apply(&cfg).await;
+    let errors = dp.apply(&cfg).await.bind_errors;
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].address, SocketAddr::new(LOCALHOST, taken_port));
     assert!(errors[0].to_string().contains(&taken_port.to_string()));
@@ -816,6 +816,75 @@ async fn bind_errors_are_reported_and_the_rest_applies() {
     drop(taken);
     apply_ok(&dp, &cfg).await;
     assert_eq!(get(taken_port, "h", "/").await.status, 200);
+    dp.shutdown(Duration::from_secs(1)).await;
+}
+
+/// What the data plane cannot run is contained and reported, never rejected: a match whose
+/// regex does not compile never matches, a filter that cannot compile makes its rule answer
+/// 500, a backend naming an unknown cluster answers 500; the rest serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contained_problems_are_diagnostics_and_the_rest_serves() {
+    let be = start_backend("a").await;
+    let port = free_port();
+    let bad_filter = HttpFilter::RequestHeaders(HeaderModifier {
+        set: vec![HeaderValue {
+            name: "bad name".into(),
+            value: "x".into(),
+        }],
+        ..Default::default()
+    });
+    let regex_entry = RouteEntry {
+        matcher: HttpMatch {
+            path: PathMatch::Regex("/(".into()),
+            ..Default::default()
+        },
+        rule: 0,
+    };
+    let mut l = listener(
+        port,
+        None,
+        vec![
+            rule("good", vec![to_cluster("a")], vec![]),
+            rule("filtered", vec![to_cluster("a")], vec![bad_filter]),
+            rule("lost", vec![to_cluster("missing")], vec![]),
+        ],
+        vec![prefix("/filtered", 1), prefix("/lost", 2), prefix("/", 0)],
+    );
+    l.virtual_hosts[0].routes.insert(0, regex_entry);
+    let cfg = config(vec![l], vec![http1("a", vec![be])]);
+    let (dp, registry) = dataplane(Options::default()).await;
+    let report = dp.apply(&cfg).await;
+    assert!(report.bind_errors.is_empty());
+    let messages: Vec<String> = report.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("match cannot be compiled") && m.contains("it never matches")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("filter cannot be compiled")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("unknown cluster missing")),
+        "{messages:#?}"
+    );
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
+    assert!(
+        metrics.contains("gatehouse_dataplane_config_diagnostics 3"),
+        "{metrics}"
+    );
+
+    assert_eq!(get(port, "h", "/").await.status, 200);
+    assert_eq!(get(port, "h", "/filtered").await.status, 500);
+    assert_eq!(get(port, "h", "/lost").await.status, 500);
     dp.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -970,7 +1039,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
     assert_eq!(in_flight.await.unwrap().status, 200);
     assert!(TcpStream::connect(("127.0.0.1", port)).await.is_err());
     // Applying after shutdown does nothing.
-    assert!(dp.apply(&cfg).await.is_empty());
+    assert!(dp.apply(&cfg).await.bind_errors.is_empty());
     assert!(dp.bound_addresses().is_empty());
 }
 

@@ -535,7 +535,7 @@ fn dataplane() -> (Arc<DataPlane>, Registry) {
 }
 
 async fn apply_ok(dp: &DataPlane, config: &Config) {
-    let errors = dp.apply(config).await;
+    let errors = dp.apply(config).await.bind_errors;
     assert!(errors.is_empty(), "bind errors: {errors:?}");
 }
 

@@ -54,10 +54,10 @@ struct LocalDataPlane(Arc<DataPlane>);
 impl Publisher for LocalDataPlane {
     fn apply(&self, config: Arc<ir::Config>) -> BoxFuture<'_, Applied> {
         Box::pin(async move {
-            let failed = self.0.apply(&config).await;
+            let report = self.0.apply(&config).await;
             Applied {
-                bind_errors: failed.iter().map(ToString::to_string).collect(),
-                diagnostics: Vec::new(),
+                bind_errors: report.bind_errors.iter().map(ToString::to_string).collect(),
+                diagnostics: report.diagnostics.iter().map(ToString::to_string).collect(),
             }
         })
     }

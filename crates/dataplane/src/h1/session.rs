@@ -12,13 +12,13 @@ use super::deadline::Deadline;
 use super::parse::{Framing, RequestHead};
 use super::pool::{Conn, Pool};
 use super::write::{self, ClientResponse, Upstream};
-use crate::compile::{CompiledRoute, CompiledRule, SocketTable};
+use crate::conn::ConnContext;
 use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts};
 use crate::headers::HeaderList;
-use crate::metrics::RouteMetrics;
-use crate::proxy::{self, ConnContext};
-use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
+use crate::matchers::{LazyQuery, RequestView};
+use crate::router::{self, MAX_HOST_LEN, Routed};
+use crate::table::{CompiledRoute, CompiledRule, SocketTable};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, LOCATION};
 use http::{Method, StatusCode};
@@ -238,24 +238,9 @@ where
             .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| router::normalize_host(h, &mut host_buf))
             .unwrap_or("");
-        let listener = table.hosts.get(host).copied();
         let metrics = &conn.socket.shared.metrics;
-        if proxy::misdirected(&table, conn.sni.as_deref(), listener) {
-            self.buf.consume(len);
-            let next = self
-                .answer_and_skip_body(
-                    Answer::Text(StatusCode::MISDIRECTED_REQUEST, proxy::MISDIRECTED),
-                    &[],
-                    &[],
-                    draining,
-                )
-                .await;
-            table.unmatched.record(metrics, 421, start.elapsed());
-            return next;
-        }
-        let routed = router::route(
+        let routed = conn.route(
             &table,
-            listener,
             host,
             &mut RequestView {
                 method: &self.head.method,
@@ -266,21 +251,19 @@ where
         );
         let (listener, route) = match routed {
             Routed::Matched(listener, route) => (listener, route),
-            Routed::NoListener | Routed::NoRoute(_) => {
-                let unmatched: &RouteMetrics = match routed {
-                    Routed::NoRoute(l) => &l.unmatched,
-                    _ => &table.unmatched,
-                };
+            Routed::Refused(refusal) => {
                 self.buf.consume(len);
                 let next = self
                     .answer_and_skip_body(
-                        Answer::Text(StatusCode::NOT_FOUND, proxy::NOT_FOUND),
+                        Answer::Text(refusal.status, refusal.text),
                         &[],
                         &[],
                         draining,
                     )
                     .await;
-                unmatched.record(metrics, 404, start.elapsed());
+                refusal
+                    .metrics
+                    .record(metrics, refusal.status.as_u16(), start.elapsed());
                 return next;
             }
         };
@@ -411,7 +394,7 @@ where
         rule: &CompiledRule,
         backend_filters: &[Filter],
         close_after: bool,
-        cluster: &crate::compile::ClusterState,
+        cluster: &crate::table::ClusterState,
         started: Instant,
     ) -> Exchanged {
         let method = self.head.method.clone();

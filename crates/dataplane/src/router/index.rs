@@ -15,10 +15,9 @@
 //! names the group indexes and the number of header names the request carries, not by the
 //! number of entries. Nothing is allocated: header values are looked up as bytes.
 
-use super::RequestView;
-use crate::compile::CompiledRoute;
 use crate::headers::RequestHeaders;
-use crate::router::ValueMatcher;
+use crate::matchers::{RequestView, ValueMatcher};
+use crate::table::CompiledRoute;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -262,14 +261,14 @@ fn first_match<H: RequestHeaders + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::request_matcher;
-    use crate::router::LazyQuery;
+    use crate::matchers::LazyQuery;
+    use crate::matchers::RequestMatcher;
     use gatehouse_ir as ir;
     use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
     fn route(m: &ir::HttpMatch, rule: usize) -> CompiledRoute {
         CompiledRoute {
-            matcher: request_matcher(m).unwrap(),
+            matcher: RequestMatcher::try_from(m).unwrap(),
             rule,
         }
     }

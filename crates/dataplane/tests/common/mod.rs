@@ -114,6 +114,6 @@ pub async fn dataplane(options: Options) -> (Arc<DataPlane>, Registry) {
 }
 
 pub async fn apply_ok(dp: &DataPlane, config: &Config) {
-    let errors = dp.apply(config).await;
+    let errors = dp.apply(config).await.bind_errors;
     assert!(errors.is_empty(), "bind errors: {errors:?}");
 }

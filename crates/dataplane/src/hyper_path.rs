@@ -1,11 +1,15 @@
-//! The request path: route, run filters, pick a backend, forward, stream the answer back.
+//! The request path on hyper: HTTP/2 (prior knowledge or ALPN) and whatever the HTTP/1 path
+//! hands over (upgrades, non-origin-form targets, routes to h2c backends). Route, run filters,
+//! pick a backend, forward, stream the answer back. Bodiless requests to HTTP/1 backends still
+//! use the HTTP/1 path's pooled connections (`h1::client`).
 
-use crate::compile::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
+use crate::conn::ConnContext;
 use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts, Rewrite};
 use crate::h1;
-use crate::listeners::{ActiveConn, SocketShared};
-use crate::router::{self, LazyQuery, MAX_HOST_LEN, RequestView, Routed};
+use crate::matchers::{LazyQuery, RequestView};
+use crate::router::{self, MAX_HOST_LEN, Routed};
+use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::upstream::{self, BoxError, UpstreamError};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST, LOCATION, UPGRADE};
@@ -22,38 +26,6 @@ use tracing::debug;
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// One client connection, shared by its requests (and by an upgraded tunnel, which keeps the
-/// connection counted as active until it closes).
-pub(crate) struct ConnContext {
-    pub socket: Arc<SocketShared>,
-    /// The client IP, formatted once per connection for `X-Forwarded-For`.
-    pub client_ip: HeaderValue,
-    /// TLS connections: the SNI name (lower case, empty when the client sent none) that chose
-    /// the listener whose certificate the connection got.
-    pub sni: Option<Box<str>>,
-    /// `X-Forwarded-Proto`.
-    pub proto: HeaderValue,
-    _active: ActiveConn,
-}
-
-impl ConnContext {
-    pub(crate) fn new(
-        socket: Arc<SocketShared>,
-        client_ip: HeaderValue,
-        sni: Option<Box<str>>,
-        active: ActiveConn,
-    ) -> Self {
-        let proto = HeaderValue::from_static(if sni.is_some() { "https" } else { "http" });
-        ConnContext {
-            socket,
-            client_ip,
-            sni,
-            proto,
-            _active: active,
-        }
-    }
-}
 
 /// The body of every response we send: the backend's body, streamed, or a small generated one.
 /// An enum rather than a boxed body so that responses cost no extra allocation.
@@ -110,10 +82,6 @@ pub(crate) fn generated(status: StatusCode, text: &'static str) -> Response<Resp
     resp
 }
 
-fn not_found() -> Response<ResponseBody> {
-    generated(StatusCode::NOT_FOUND, NOT_FOUND)
-}
-
 /// The routing host of a request: the URI authority (HTTP/2, absolute-form HTTP/1) or the
 /// Host header, normalised into `buf`.
 fn request_host<'b, B>(req: &Request<B>, buf: &'b mut [u8; MAX_HOST_LEN]) -> Option<&'b str> {
@@ -134,18 +102,6 @@ pub(crate) async fn handle(
     let table: Arc<SocketTable> = conn.socket.table.load_full();
     let mut buf = [0u8; MAX_HOST_LEN];
     let host = request_host(&req, &mut buf).unwrap_or("");
-    let listener = table.hosts.get(host).copied();
-    // 421 Misdirected Request: on TLS, a Host that belongs to another listener than the one
-    // the SNI chose (and whose certificate the client got) is not served on this connection.
-    if misdirected(&table, conn.sni.as_deref(), listener) {
-        let response = generated(StatusCode::MISDIRECTED_REQUEST, MISDIRECTED);
-        table.unmatched.record(
-            &conn.socket.shared.metrics,
-            response.status().as_u16(),
-            start.elapsed(),
-        );
-        return response;
-    }
     let routed = {
         let mut view = RequestView {
             method: req.method(),
@@ -153,15 +109,14 @@ pub(crate) async fn handle(
             headers: req.headers(),
             query: LazyQuery::new(req.uri().query()),
         };
-        router::route(&table, listener, host, &mut view)
+        conn.route(&table, host, &mut view)
     };
     let (metrics, response) = match routed {
-        Routed::NoListener => (&table.unmatched, not_found()),
-        Routed::NoRoute(listener) => (&listener.unmatched, not_found()),
         Routed::Matched(listener, route) => {
             let rule = &listener.rules[route.rule];
             (&rule.metrics, forward(&conn, rule, route, host, req).await)
         }
+        Routed::Refused(refusal) => (refusal.metrics, generated(refusal.status, refusal.text)),
     };
     metrics.record(
         &conn.socket.shared.metrics,
@@ -169,19 +124,6 @@ pub(crate) async fn handle(
         start.elapsed(),
     );
     response
-}
-
-pub(crate) const MISDIRECTED: &str =
-    "request host does not match the TLS server name of this connection\n";
-pub(crate) const NOT_FOUND: &str = "no route for this request\n";
-
-/// On a TLS connection, whether the request's listener (by Host) differs from the one the SNI
-/// chose.
-pub(crate) fn misdirected(table: &SocketTable, sni: Option<&str>, by_host: Option<usize>) -> bool {
-    match (sni, by_host) {
-        (Some(sni), Some(by_host)) => table.hosts.get(sni).copied() != Some(by_host),
-        _ => false,
-    }
 }
 
 fn answer(answer: Answer) -> Response<ResponseBody> {

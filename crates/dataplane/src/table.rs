@@ -1,0 +1,123 @@
+//! The compiled runtime tables the request paths read: one [`SocketTable`] per bound socket,
+//! swapped whole on every apply. `compile` builds them from the IR; the router, both request
+//! paths, TLS and TCP forwarding only read them.
+
+use crate::balancer::{RoundRobin, Weighted};
+use crate::filters::Filter;
+use crate::matchers::RequestMatcher;
+use crate::metrics::RouteMetrics;
+use crate::router::{HostTable, RouteTable};
+use crate::upstream::{H2Endpoint, TlsUpstream};
+use http::uri::Authority;
+use prometheus_client::metrics::counter::Counter;
+use rustls::ServerConfig;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything one bound socket routes with.
+#[derive(Debug)]
+pub(crate) struct SocketTable {
+    /// Connections start with a TLS ClientHello (HTTPS and TLS listeners) rather than HTTP.
+    pub tls: bool,
+    pub listeners: Vec<CompiledListener>,
+    /// Request host (or SNI name) -> index into `listeners`.
+    pub hosts: HostTable<usize>,
+    /// Metrics for requests no listener takes. The gateway label is the socket's gateway when
+    /// only one gateway listens here, empty otherwise.
+    pub unmatched: RouteMetrics,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledListener {
+    pub vhosts: HostTable<CompiledVhost>,
+    pub rules: Vec<CompiledRule>,
+    /// Metrics for requests this listener takes but no route matches.
+    pub unmatched: RouteMetrics,
+    pub mode: ListenerMode,
+    /// TLS listeners: SNI name -> index into `tls_routes`.
+    pub tls_hosts: HostTable<usize>,
+    pub tls_routes: Vec<CompiledTlsRoute>,
+    /// `gatehouse_tls_handshakes_total` of this listener.
+    pub handshakes: Counter,
+}
+
+/// What a listener does with a connection.
+#[derive(Debug)]
+pub(crate) enum ListenerMode {
+    /// Plaintext HTTP.
+    Http,
+    /// TLS terminated here; `None` when no certificate (or client CA) loaded, and handshakes
+    /// for the listener's names are refused. Then HTTP (HTTPS listeners) or the decrypted
+    /// stream forwarded over TCP by TLSRoute (TLS listeners in Terminate mode).
+    Terminate {
+        config: Option<Arc<ServerConfig>>,
+        http: bool,
+    },
+    /// TLS forwarded untouched by TLSRoute, ClientHello included.
+    Passthrough,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledTlsRoute {
+    pub route: Arc<str>,
+    pub backends: Weighted<Target>,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledVhost {
+    /// In precedence order, with exact-header indexes over long runs of header matches.
+    pub routes: RouteTable,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledRoute {
+    pub matcher: RequestMatcher,
+    /// Index into [`CompiledListener::rules`], checked at compile time.
+    pub rule: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledRule {
+    pub metrics: RouteMetrics,
+    pub filters: Box<[Filter]>,
+    pub backends: Weighted<Backend>,
+    /// Until response headers: the tighter of the rule's request and backend-request timeouts,
+    /// or the default.
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Backend {
+    pub target: Target,
+    pub filters: Box<[Filter]>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Target {
+    Cluster(Arc<ClusterState>),
+    Invalid,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClusterState {
+    pub name: Arc<str>,
+    pub endpoints: RoundRobin<Endpoint>,
+    pub connect_failures: Counter,
+    /// The cluster asks for backend TLS whose settings do not load: HTTP requests get a 502
+    /// rather than going out in the clear or unverified.
+    pub tls_broken: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub addr: SocketAddr,
+    /// `ip:port`, the authority of upstream request URIs (it is also the pool key).
+    pub authority: Authority,
+    /// The shared HTTP/2 connection, for h2c clusters.
+    pub h2: Option<Arc<H2Endpoint>>,
+    /// Kept-alive HTTP/1.1 connections for the HTTP/1 path (every cluster but h2c ones).
+    pub pool: Option<Arc<crate::h1::Pool>>,
+    /// Backend TLS; HTTP/1 requests go through its client, h2 ones under its connection.
+    pub tls: Option<Arc<TlsUpstream>>,
+}
