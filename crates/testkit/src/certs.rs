@@ -5,9 +5,11 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
 };
-use rustls::RootCertStore;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 use std::sync::Arc;
 
 /// A certificate chain and its key, in PEM.
@@ -149,6 +151,77 @@ pub fn client_config(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(config)
+}
+
+/// A server presenting `pair`, offering `alpn`, asking for (not requiring) a client
+/// certificate issued by `client_ca` if given.
+pub fn server_config(pair: &Pair, client_ca: Option<&str>, alpn: &[&[u8]]) -> Arc<ServerConfig> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(pem) => builder.with_client_cert_verifier(
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&[pem])), provider())
+                .allow_unauthenticated()
+                .build()
+                .unwrap(),
+        ),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(pair.chain(), pair.key()).unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+/// Accepts any server certificate (to look at an expired one, or at which key a server picks)
+/// and offers `.0` in signature_algorithms, like a client that can verify only some key types.
+#[derive(Debug)]
+pub struct AcceptAnything(pub Vec<SignatureScheme>);
+
+impl AcceptAnything {
+    /// Offering every scheme the provider verifies.
+    pub fn all_schemes() -> Self {
+        AcceptAnything(
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes(),
+        )
+    }
+}
+
+impl ServerCertVerifier for AcceptAnything {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.clone()
+    }
 }
 
 #[cfg(test)]

@@ -155,11 +155,31 @@ pub fn http1(name: &str, endpoints: Vec<SocketAddr>) -> Cluster {
     cluster(name, UpstreamProtocol::Http1, endpoints)
 }
 
+/// An HTTP/1.1 cluster reached over TLS with `tls` (a BackendTLSPolicy's settings).
+pub fn http1_tls(name: &str, endpoints: Vec<SocketAddr>, tls: UpstreamTls) -> Cluster {
+    Cluster {
+        tls: Some(tls),
+        ..http1(name, endpoints)
+    }
+}
+
 /// One Gateway with `listeners`.
 pub fn config(listeners: Vec<Listener>, clusters: Vec<Cluster>) -> Config {
     Config {
         gateways: vec![gateway(listeners)],
         clusters,
         certificates: vec![],
+    }
+}
+
+/// One Gateway with `listeners`, and the `certificates` its TLS settings name.
+pub fn config_with_certificates(
+    listeners: Vec<Listener>,
+    clusters: Vec<Cluster>,
+    certificates: Vec<Certificate>,
+) -> Config {
+    Config {
+        certificates,
+        ..config(listeners, clusters)
     }
 }
