@@ -124,6 +124,8 @@ pub mod names {
     pub const PARTIALLY_INVALID: &str = "PartiallyInvalid";
 
     pub const INVALID: &str = "Invalid";
+    pub const PENDING: &str = "Pending";
+    pub const PORT_UNAVAILABLE: &str = "PortUnavailable";
     pub const INVALID_PARAMETERS: &str = "InvalidParameters";
     pub const LISTENERS_NOT_VALID: &str = "ListenersNotValid";
     pub const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";

@@ -101,6 +101,9 @@ struct ListenerConditions {
     unsupported_protocol: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
+    /// A listener of an older Gateway already serves this address, port and hostname (or
+    /// speaks another protocol there): who, for the messages of this listener and its routes.
+    taken_by: Option<String>,
     tls_problem: Option<TlsProblem>,
 }
 
@@ -110,6 +113,11 @@ impl ListenerCtx {
         self.conditions.unsupported_protocol.is_none()
             && self.conditions.conflict.is_none()
             && self.conditions.tls_problem.is_none()
+    }
+
+    /// Why routes attached here get no traffic because another Gateway holds the socket.
+    pub fn taken_by(&self) -> Option<&str> {
+        self.conditions.taken_by.as_deref()
     }
 
     pub fn ir_protocol(&self) -> ir::ListenerProtocol {
@@ -169,9 +177,79 @@ pub fn gateways<'a>(
         .filter(|g| our_classes.contains(&g.spec.gateway_class_name))
         .collect();
     ours.sort_by_key(|g| age_key(&g.metadata));
-    ours.into_iter()
+    let mut gateways: Vec<GatewayCtx> = ours
+        .into_iter()
         .map(|g| gateway(g, options, refs, certificates))
-        .collect()
+        .collect();
+    mark_cross_gateway_conflicts(&mut gateways);
+    gateways
+}
+
+/// Listeners of different Gateways that land on one address and port share its socket when
+/// they speak the same protocol family with distinct hostnames. Otherwise the older Gateway
+/// keeps the socket (creation time, then namespace/name) and the newer one's listener is
+/// refused, naming the winner, instead of being shadowed in silence.
+fn mark_cross_gateway_conflicts(gateways: &mut [GatewayCtx]) {
+    // (address, port) -> listeners that hold it: (gateway, listener, family, hostname).
+    let mut claims: BTreeMap<(IpAddr, u16), Vec<(usize, usize)>> = BTreeMap::new();
+    for gi in 0..gateways.len() {
+        let Some(address) = gateways[gi].address else {
+            continue;
+        };
+        for li in 0..gateways[gi].listeners.len() {
+            let l = &gateways[gi].listeners[li];
+            if !l.programmable() {
+                continue;
+            }
+            let holders = claims.entry((address, l.port)).or_default();
+            let clash = holders.iter().find_map(|&(hg, hl)| {
+                let h = &gateways[hg].listeners[hl];
+                if hg == gi {
+                    return None;
+                }
+                if family(&h.protocol) != family(&l.protocol) {
+                    Some((PROTOCOL_CONFLICT, hg, hl))
+                } else if h.hostname == l.hostname {
+                    Some((HOSTNAME_CONFLICT, hg, hl))
+                } else {
+                    None
+                }
+            });
+            match clash {
+                None => holders.push((gi, li)),
+                Some((reason, hg, hl)) => {
+                    let holder = &gateways[hg];
+                    let what = match reason {
+                        PROTOCOL_CONFLICT => format!(
+                            "speaks {} on {address}:{}",
+                            holder.listeners[hl].protocol, l.port
+                        ),
+                        _ => format!(
+                            "serves hostname {} on {address}:{}",
+                            l.hostname.as_deref().unwrap_or("*"),
+                            l.port
+                        ),
+                    };
+                    let message = format!(
+                        "listener {} of the older Gateway {} already {what}",
+                        holder.listeners[hl].name, holder.key
+                    );
+                    let c = &mut gateways[gi].listeners[li].conditions;
+                    c.conflict = Some(reason);
+                    c.taken_by = Some(message);
+                }
+            }
+        }
+    }
+}
+
+fn family(protocol: &str) -> &'static str {
+    match protocol {
+        "HTTP" => "http",
+        "HTTPS" | "TLS" => "tls",
+        "UDP" => "udp",
+        _ => "tcp",
+    }
 }
 
 fn gateway<'a>(
@@ -339,17 +417,6 @@ fn listener(l: &GatewayListeners) -> ListenerCtx {
 /// Listeners sharing a port must agree on the protocol family and have distinct hostnames;
 /// every listener involved in a conflict is marked, because none of them can be served as asked.
 fn mark_conflicts(listeners: &mut [ListenerCtx]) {
-    let family = |p: &str| match p {
-        "HTTP" => "http",
-        "HTTPS" | "TLS" => "tls",
-        other => {
-            if other == "UDP" {
-                "udp"
-            } else {
-                "tcp"
-            }
-        }
-    };
     for i in 0..listeners.len() {
         for j in 0..listeners.len() {
             if i == j || listeners[i].port != listeners[j].port {
@@ -379,7 +446,7 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
     let listeners: Vec<GatewayStatusListeners> = gw
         .listeners
         .iter()
-        .map(|l| listener_status(l, generation))
+        .map(|l| listener_status(l, gw.address_problem.as_deref(), generation))
         .collect();
     let programmed = gw.listeners.iter().filter(|l| l.programmable()).count();
     let all_valid = programmed == gw.listeners.len();
@@ -486,9 +553,15 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
     }
 }
 
-fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusListeners {
+fn listener_status(
+    l: &ListenerCtx,
+    address_problem: Option<&str>,
+    generation: Option<i64>,
+) -> GatewayStatusListeners {
     let c = &l.conditions;
-    let accepted = if let Some(why) = &c.unsupported_protocol {
+    let accepted = if let Some(taken) = &c.taken_by {
+        condition(ACCEPTED, false, PORT_UNAVAILABLE, taken.clone(), generation)
+    } else if let Some(why) = &c.unsupported_protocol {
         condition(
             ACCEPTED,
             false,
@@ -512,6 +585,13 @@ fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusLis
         condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
     };
     let conflicted = match c.conflict {
+        Some(reason) if c.taken_by.is_some() => condition(
+            CONFLICTED,
+            true,
+            reason,
+            c.taken_by.clone().unwrap_or_default(),
+            generation,
+        ),
         Some(reason) => condition(
             CONFLICTED,
             true,
@@ -544,16 +624,24 @@ fn listener_status(l: &ListenerCtx, generation: Option<i64>) -> GatewayStatusLis
             generation,
         )
     };
-    let programmed = if l.programmable() {
-        condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation)
+    // Programmed says why not with the first cause, so that it reads on its own.
+    let not_programmed: Option<String> = if let Some(problem) = address_problem {
+        Some(format!("the Gateway's address cannot be used: {problem}"))
+    } else if let Some(why) = c.unsupported_protocol.as_ref().or(c.taken_by.as_ref()) {
+        Some(why.clone())
+    } else if let Some(reason) = c.conflict {
+        Some(format!(
+            "conflicts with another listener of this Gateway on port {} ({reason})",
+            l.port
+        ))
     } else {
-        condition(
-            PROGRAMMED,
-            false,
-            INVALID,
-            "see the Accepted and Conflicted conditions",
-            generation,
-        )
+        c.tls_problem
+            .as_ref()
+            .map(|t| format!("TLS cannot be served: {}", t.problem.1))
+    };
+    let programmed = match not_programmed {
+        None => condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation),
+        Some(why) => condition(PROGRAMMED, false, INVALID, why, generation),
     };
     let conditions: Vec<Condition> = vec![accepted, programmed, resolved, conflicted];
     GatewayStatusListeners {

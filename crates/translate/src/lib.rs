@@ -18,6 +18,7 @@ mod policies;
 mod precedence;
 mod refs;
 pub mod routes;
+pub mod serving;
 
 pub use conditions::stamp_status;
 pub use kinds::{Input, Kind};

@@ -426,6 +426,19 @@ fn select_listeners(
                     .map(|hosts| (li, hosts))
             })
             .collect();
+        // Listeners another Gateway holds the socket of serve nothing: a route that only
+        // reaches those is not accepted, and says why.
+        let all_taken = listeners
+            .iter()
+            .all(|(li, _)| gw.listeners[*li].taken_by().is_some());
+        let taken = match listeners.first() {
+            Some((first, _)) if all_taken => {
+                let l = &gw.listeners[*first];
+                let why = l.taken_by().unwrap_or_default();
+                Some(format!("listener {} gets no traffic: {why}", l.name))
+            }
+            _ => None,
+        };
         let accepted = if candidates.is_empty() {
             condition(
                 ACCEPTED,
@@ -450,6 +463,9 @@ fn select_listeners(
                 "no listener hostname intersects the route's hostnames",
                 generation,
             )
+        } else if let Some(why) = taken {
+            listeners.clear();
+            condition(ACCEPTED, false, PENDING, why, generation)
         } else if let Some(why) = invalid {
             listeners.clear();
             condition(

@@ -1,0 +1,112 @@
+//! What the data plane reports back, folded into status: a listener whose socket is not
+//! listening is not Programmed, whatever translate concluded from the objects alone.
+
+use crate::Status;
+use crate::conditions::{condition, names::*};
+use crate::objects::ObjectKey;
+use gatehouse_ir as ir;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Addresses of the configuration that the data plane could not bind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Serving {
+    pub unbound: BTreeMap<SocketAddr, BindProblem>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindProblem {
+    /// The operating system's error.
+    pub error: String,
+    /// The host cannot use the address at all (not one of its addresses); otherwise the data
+    /// plane keeps retrying and may succeed (a port another process holds, say).
+    pub address_not_usable: bool,
+}
+
+/// Sets Programmed=False on every listener of `config` whose address is in
+/// `serving.unbound` (reason Invalid when the host cannot use the address, Pending while the
+/// bind is retried; the OS error in the message), and on its Gateway when none of its
+/// listeners is programmed any more (AddressNotUsable, or Pending).
+pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
+    if serving.unbound.is_empty() {
+        return;
+    }
+    for gateway in &config.gateways {
+        let key = ObjectKey::new(gateway.namespace.clone(), gateway.name.clone());
+        let Some(gw_status) = status.gateways.get_mut(&key) else {
+            continue;
+        };
+        let mut unusable: Option<String> = None;
+        let mut pending: Option<String> = None;
+        for listener in &gateway.listeners {
+            let address = listener.socket_addr();
+            let Some(problem) = serving.unbound.get(&address) else {
+                continue;
+            };
+            let Some(l) = gw_status
+                .listeners
+                .iter_mut()
+                .flatten()
+                .find(|l| l.name == listener.name)
+            else {
+                continue;
+            };
+            let (reason, message) = if problem.address_not_usable {
+                let m = format!(
+                    "cannot listen on {address}: {} (the address is not usable on this host)",
+                    problem.error
+                );
+                unusable.get_or_insert(m.clone());
+                (INVALID, m)
+            } else {
+                let m = format!("cannot listen on {address}: {}; retrying", problem.error);
+                pending.get_or_insert(m.clone());
+                (PENDING, m)
+            };
+            set(&mut l.conditions, PROGRAMMED, reason, message);
+        }
+        if unusable.is_none() && pending.is_none() {
+            continue;
+        }
+        let listeners = gw_status.listeners.as_deref().unwrap_or_default();
+        let total = listeners.len();
+        let programmed = listeners
+            .iter()
+            .filter(|l| is_true(&l.conditions, PROGRAMMED))
+            .count();
+        let conditions = gw_status.conditions.get_or_insert_with(Vec::new);
+        if let Some(m) = unusable {
+            set(conditions, PROGRAMMED, ADDRESS_NOT_USABLE, m);
+        } else if programmed == 0 {
+            set(conditions, PROGRAMMED, PENDING, pending.unwrap_or_default());
+        } else if is_true(conditions, PROGRAMMED) {
+            // Still serving on the other listeners: say how much.
+            if let Some(c) = conditions.iter_mut().find(|c| c.type_ == PROGRAMMED) {
+                c.message = format!(
+                    "{programmed} of {total} listeners programmed; {}",
+                    pending.unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Replaces the condition of `type_` with a False one, keeping its observedGeneration.
+fn set(conditions: &mut Vec<Condition>, type_: &str, reason: &str, message: String) {
+    let generation = conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .and_then(|c| c.observed_generation);
+    let new = condition(type_, false, reason, message, generation);
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => *c = new,
+        None => conditions.push(new),
+    }
+}
