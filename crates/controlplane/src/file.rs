@@ -53,6 +53,9 @@ pub struct Loaded {
     pub warnings: Vec<LoadError>,
     /// Files with errors whose previous good content is served instead of the new one.
     pub stale_files: Vec<PathBuf>,
+    /// Where each served object is defined: (kind, namespace/name) -> (file, line of its
+    /// name). Cluster-scoped objects have the namespace `default` (as [`ObjectKey::of`] gives).
+    pub locations: BTreeMap<(String, gatehouse_translate::ObjectKey), (PathBuf, usize)>,
 }
 
 impl Loaded {
@@ -170,7 +173,7 @@ impl FileSource {
                 for (path, state) in &self.files {
                     if let Some(good) = &state.last_good {
                         out.stale_files.push(path.clone());
-                        contribute(path, good, &mut seen, &mut out.input);
+                        contribute(path, good, &mut seen, &mut out);
                     }
                 }
                 return out;
@@ -251,11 +254,11 @@ impl FileSource {
 
             if errors.is_empty() {
                 state.last_good = Some(state.parsed.objects.clone());
-                contribute(path, &state.parsed.objects, &mut seen, &mut out.input);
+                contribute(path, &state.parsed.objects, &mut seen, &mut out);
             } else {
                 if let Some(good) = &state.last_good {
                     out.stale_files.push(path.clone());
-                    contribute(path, good, &mut seen, &mut out.input);
+                    contribute(path, good, &mut seen, &mut out);
                 }
                 out.errors.extend(errors);
             }
@@ -271,7 +274,7 @@ fn contribute(
     path: &Path,
     objects: &[Located],
     seen: &mut HashMap<Key, (PathBuf, usize)>,
-    input: &mut Input,
+    out: &mut Loaded,
 ) {
     for o in objects {
         let key = o.object.key();
@@ -287,7 +290,14 @@ fn contribute(
             continue;
         }
         seen.insert(key, (path.to_owned(), o.line));
-        o.object.push_into(input);
+        out.locations.insert(
+            (
+                o.object.kind(),
+                gatehouse_translate::ObjectKey::of(o.object.meta()),
+            ),
+            (path.to_owned(), o.line),
+        );
+        o.object.push_into(&mut out.input);
     }
 }
 
@@ -297,9 +307,10 @@ pub(crate) fn is_ignored_name(name: &str) -> bool {
     name.starts_with('.') || name.ends_with('~') || (name.starts_with('#') && name.ends_with('#'))
 }
 
-/// Files read in a directory walk.
+/// Files read in a directory walk: YAML, and JSON (which is YAML too, as kubectl reads it).
 pub(crate) fn is_manifest_name(name: &str) -> bool {
-    !is_ignored_name(name) && (name.ends_with(".yaml") || name.ends_with(".yml"))
+    !is_ignored_name(name)
+        && (name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json"))
 }
 
 const MAX_DEPTH: usize = 32;
@@ -524,10 +535,13 @@ fn parse_value(
     };
     for_each_kind(&mut visit);
     if !visit.found {
-        parsed.errors.push(ctx.error(
+        // Application manifests and `kustomize build` output mix in Deployments and the
+        // like: skipped with a warning, never a reason to reject the rest of the file.
+        parsed.warnings.push(ctx.error(
             ctx.path_line(&[key("kind")]),
             format!(
-                "unknown kind {kind:?} (apiVersion {api_version}); supported: {}",
+                "kind {kind:?} (apiVersion {api_version}) is not one Gatehouse reads; skipped \
+                 (it reads {})",
                 supported_kinds()
             ),
         ));

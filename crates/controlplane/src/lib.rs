@@ -1,6 +1,7 @@
 //! The control plane: sources of objects (YAML files, the Kubernetes API), the one reconcile
 //! loop that turns them into configurations and status, and where status goes.
 
+pub mod check;
 mod file;
 pub mod kubernetes;
 mod locate;

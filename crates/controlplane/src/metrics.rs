@@ -22,6 +22,14 @@ pub struct ControlMetrics {
     pub status_writes: Family<ResultLabel, Counter>,
     /// Controller mode: 1 while every watch of the Kubernetes API works, 0 during an outage.
     pub api_connected: Gauge,
+    /// Per listener: 1 while Programmed (bound and serving), 0 otherwise.
+    pub listener_programmed: Family<ListenerLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub gateway: String,
+    pub listener: String,
 }
 
 impl ControlMetrics {
@@ -34,6 +42,7 @@ impl ControlMetrics {
             source_errors: Gauge::default(),
             status_writes: Family::default(),
             api_connected: Gauge::default(),
+            listener_programmed: Family::default(),
         };
         registry.register(
             "gatehouse_config_generation",
@@ -65,6 +74,31 @@ impl ControlMetrics {
             "Controller mode: 1 while the Kubernetes API answers every watch, 0 while it does not (the last configuration keeps serving)",
             m.api_connected.clone(),
         );
+        registry.register(
+            "gatehouse_listener_programmed",
+            "1 while a listener is Programmed (its socket bound and its configuration serving), 0 while it is not; one series per listener of Gatehouse's Gateways",
+            m.listener_programmed.clone(),
+        );
         m
+    }
+
+    /// Sets the per-listener gauge from the status just computed; listeners that are gone
+    /// lose their series.
+    pub fn set_listeners(&self, status: &gatehouse_translate::Status) {
+        self.listener_programmed.clear();
+        for (key, gw) in &status.gateways {
+            for l in gw.listeners.iter().flatten() {
+                let programmed = l
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True");
+                self.listener_programmed
+                    .get_or_create(&ListenerLabels {
+                        gateway: key.to_string(),
+                        listener: l.name.clone(),
+                    })
+                    .set(i64::from(programmed));
+            }
+        }
     }
 }

@@ -16,6 +16,7 @@ use crate::state::{ControlState, Published};
 use crate::status_report;
 use futures_util::future::BoxFuture;
 use gatehouse_ir as ir;
+use gatehouse_translate::serving::Serving;
 use gatehouse_translate::{Input, Options as TranslateOptions, Output, Status, translate};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +26,6 @@ use tokio_util::sync::CancellationToken;
 /// What a data plane made of a configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
-    /// Listener addresses that could not be bound (`address: error`).
-    pub bind_errors: Vec<String>,
     /// Problems the data plane contained instead of rejecting the configuration.
     pub diagnostics: Vec<String>,
 }
@@ -35,6 +34,11 @@ pub struct Applied {
 pub trait Publisher: Send + Sync + 'static {
     /// Serve `config` from now on; resolves once it is applied.
     fn apply(&self, config: Arc<ir::Config>) -> BoxFuture<'_, Applied>;
+    /// What is not serving right now (addresses not bound yet).
+    fn serving(&self) -> Serving;
+    /// Resolves when [`Publisher::serving`] may have changed (a retried bind succeeded).
+    /// Cancel-safe.
+    fn changed(&self) -> BoxFuture<'_, ()>;
 }
 
 /// Where status goes besides the admin endpoint (the Kubernetes API, written by the leader).
@@ -95,7 +99,7 @@ impl<S: Source> Reconciler<S> {
         self.source_mut().ready().await?;
         self.update_connected();
         self.reconcile().await;
-        self.state.set_ready();
+        self.state.set_started();
         Ok(tokio::spawn(self.follow(stop)))
     }
 
@@ -110,6 +114,8 @@ impl<S: Source> Reconciler<S> {
                 _ = stop.cancelled() => break,
                 _ = source.changed() => true,
                 _ = async { match status { Some(s) => s.changed().await, None => std::future::pending().await } } => true,
+                // What serves changed (a listener bound at last): status and readiness follow.
+                _ = self.publisher.changed() => true,
                 _ = tick.tick() => false,
             };
             self.update_connected();
@@ -180,19 +186,17 @@ async fn publish(
     let (config, applied) = if config_changed {
         let config = Arc::new(output.config);
         let applied = publisher.apply(Arc::clone(&config)).await;
-        for e in applied.bind_errors.iter().chain(&applied.diagnostics) {
-            tracing::error!("{e}");
-        }
         (config, applied)
     } else {
         let applied = Applied {
-            bind_errors: previous.bind_errors.clone(),
             diagnostics: previous.diagnostics.clone(),
         };
         (Arc::clone(&previous.config), applied)
     };
+    let serving = publisher.serving();
 
     let mut status = output.status;
+    gatehouse_translate::serving::apply(&mut status, &config, &serving);
     gatehouse_translate::stamp_status(
         &mut status,
         &previous.status,
@@ -200,13 +204,27 @@ async fn publish(
     );
     let objects = status_report::objects(&snapshot.input, &status);
     let generation = previous.generation + u64::from(config_changed);
+    let bind_errors: Vec<String> = serving
+        .unbound
+        .iter()
+        .map(|(address, p)| format!("cannot listen on {address}: {}", p.error))
+        .collect();
+    // Ready means serving all of it: every listener bound, every referenced object read.
+    let missing: Vec<String> = bind_errors
+        .iter()
+        .cloned()
+        .chain(snapshot.pending.iter().map(|p| format!("waiting for {p}")))
+        .collect();
+    state.set_missing(missing);
+    state.metrics.set_listeners(&status);
     state.published.store(Arc::new(Published {
         generation,
         config,
         status: status.clone(),
         objects,
         errors,
-        bind_errors: applied.bind_errors,
+        warnings: snapshot.warnings.clone(),
+        bind_errors,
         diagnostics: applied.diagnostics,
     }));
 

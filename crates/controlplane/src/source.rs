@@ -16,6 +16,11 @@ pub struct SourceSnapshot {
     /// Problems in the source (`file:line: message`). What they concern keeps serving its last
     /// good content.
     pub errors: Vec<String>,
+    /// Problems that lose nothing (an unknown field, a kind Gatehouse does not read).
+    pub warnings: Vec<String>,
+    /// Objects the snapshot needs but the source has not read yet (a newly referenced Secret
+    /// whose watch has not listed); readiness waits for them.
+    pub pending: Vec<String>,
 }
 
 pub trait Source: Send + 'static {
@@ -86,6 +91,8 @@ impl Source for WatchedFiles {
         SourceSnapshot {
             input: loaded.input,
             errors,
+            warnings: loaded.warnings.iter().map(ToString::to_string).collect(),
+            pending: Vec::new(),
         }
     }
 }

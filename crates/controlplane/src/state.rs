@@ -22,6 +22,8 @@ pub struct Published {
     pub objects: Vec<Value>,
     /// Source errors (`file:line: message`); what they concern serves its last good content.
     pub errors: Vec<String>,
+    /// Source warnings: problems that lose nothing (an unknown field, a foreign kind).
+    pub warnings: Vec<String>,
     /// Listener addresses that could not be bound.
     pub bind_errors: Vec<String>,
     /// Problems the data plane contained instead of rejecting the configuration.
@@ -31,7 +33,13 @@ pub struct Published {
 /// Shared between the reconcile loop (the only writer) and its readers.
 pub struct ControlState {
     pub published: ArcSwap<Published>,
-    ready: AtomicBool,
+    /// The first configuration was applied.
+    started: AtomicBool,
+    /// What keeps the configuration from serving completely (unbound listeners, referenced
+    /// objects not read yet); readiness waits for it to be empty.
+    missing: ArcSwap<Vec<String>>,
+    /// Shutting down: readiness fails so that load balancers stop sending here.
+    draining: AtomicBool,
     /// -1: the source has nothing remote to reach; 0/1: whether it reaches it.
     connected: AtomicI8,
     pub metrics: ControlMetrics,
@@ -43,20 +51,47 @@ impl ControlState {
         let (generation_tx, _) = watch::channel(0);
         Arc::new(ControlState {
             published: ArcSwap::from_pointee(Published::default()),
-            ready: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            missing: ArcSwap::from_pointee(Vec::new()),
+            draining: AtomicBool::new(false),
             connected: AtomicI8::new(-1),
             metrics: ControlMetrics::new(registry),
             generation_tx,
         })
     }
 
-    /// True once the first configuration serves.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+    /// `Ok` when the whole configuration serves and the process is not shutting down;
+    /// otherwise what is missing, one line each.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err(vec!["shutting down: draining connections".to_string()]);
+        }
+        if !self.started.load(Ordering::Acquire) {
+            return Err(vec!["first configuration not applied yet".to_string()]);
+        }
+        let missing = self.missing.load();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.to_vec())
+        }
     }
 
-    pub(crate) fn set_ready(&self) {
-        self.ready.store(true, Ordering::Release);
+    pub fn is_ready(&self) -> bool {
+        self.readiness().is_ok()
+    }
+
+    pub(crate) fn set_started(&self) {
+        self.started.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn set_missing(&self, missing: Vec<String>) {
+        self.missing.store(Arc::new(missing));
+    }
+
+    /// From now on readiness fails (SIGTERM: load balancers must stop sending here first).
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 
     /// Whether the source reaches the Kubernetes API (`None` for sources with nothing remote).

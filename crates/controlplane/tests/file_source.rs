@@ -58,6 +58,15 @@ fn only_error(loaded: &Loaded, file: &Path, line: usize) -> String {
     e.message.clone()
 }
 
+fn only_warning(loaded: &Loaded, file: &Path, line: usize) -> String {
+    assert!(loaded.errors.is_empty(), "errors: {:#?}", loaded.errors);
+    assert_eq!(loaded.warnings.len(), 1, "warnings: {:#?}", loaded.warnings);
+    let w = &loaded.warnings[0];
+    assert_eq!(w.file, file, "{w}");
+    assert_eq!(w.line, Some(line), "{w}");
+    w.message.clone()
+}
+
 fn route_names(loaded: &Loaded) -> Vec<String> {
     let mut names: Vec<String> = loaded
         .input
@@ -209,10 +218,11 @@ items:
     name: b
 ";
     let (loaded, file) = load_one(content);
-    let msg = only_error(&loaded, &file, 10);
-    assert!(msg.contains("unknown kind \"PersistentVolume\""), "{msg}");
-    // The file has an error: nothing of it is served (it never loaded before).
-    assert!(loaded.input.services.is_empty());
+    let msg = only_warning(&loaded, &file, 10);
+    assert!(msg.contains("kind \"PersistentVolume\""), "{msg}");
+    assert!(msg.contains("skipped"), "{msg}");
+    // A kind Gatehouse does not read is skipped; the rest of the file serves.
+    assert_eq!(loaded.input.services.len(), 1);
 }
 
 #[test]
@@ -299,14 +309,55 @@ metadata: {name: c}
 }
 
 #[test]
-fn unknown_kind_reports_the_kind_line() {
+fn a_kind_gatehouse_does_not_read_is_skipped_with_a_warning_at_its_kind_line() {
     let content = format!(
         "{GATEWAY}---\napiVersion: apps/v1\nmetadata:\n  name: web\n  labels: {{kind: x}}\nkind: Deployment\nspec: {{}}\n"
     );
     // GATEWAY is 10 lines, marker 11, Deployment document lines 12..; `kind:` on line 16.
     let (loaded, file) = load_one(&content);
-    let msg = only_error(&loaded, &file, 16);
-    assert!(msg.contains("unknown kind \"Deployment\""), "{msg}");
+    let msg = only_warning(&loaded, &file, 16);
+    assert!(
+        msg.contains("kind \"Deployment\" (apiVersion apps/v1)"),
+        "{msg}"
+    );
+    // The Gateway of the same file is served: a foreign object never rejects its file.
+    assert_eq!(loaded.input.gateways.len(), 1);
+}
+
+#[test]
+fn an_app_manifest_with_a_deployment_before_the_route_keeps_the_route() {
+    // What `kustomize build` or an application's manifest looks like.
+    let content = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec: {replicas: 2}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web}
+spec:
+  parentRefs: [{name: gw}]
+";
+    let (loaded, _) = load_one(content);
+    assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
+    assert_eq!(route_names(&loaded), ["web"]);
+}
+
+#[test]
+fn json_manifests_in_a_directory_are_read() {
+    let dir = TempDir::new();
+    dir.write(
+        "svc.json",
+        r#"{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "from-json"},
+  "spec": {"ports": [{"port": 80}]}}"#,
+    );
+    let loaded = FileSource::new(dir.path()).load();
+    assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
+    assert_eq!(
+        loaded.input.services[0].metadata.name.as_deref(),
+        Some("from-json")
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::upstream::{self, BoxError, UpstreamError};
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, LOCATION, UPGRADE};
+use http::header::{CONNECTION, CONTENT_TYPE, HOST, LOCATION, UPGRADE};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
@@ -111,7 +111,8 @@ pub(crate) async fn handle(
         };
         conn.route(&table, host, &mut view)
     };
-    let (metrics, response) = match routed {
+    let closing = conn.socket.closing() && req.version() <= Version::HTTP_11;
+    let (metrics, mut response) = match routed {
         Routed::Matched(listener, route) => {
             let rule = &listener.rules[route.rule];
             (&rule.metrics, forward(&conn, rule, route, host, req).await)
@@ -123,6 +124,12 @@ pub(crate) async fn handle(
         response.status().as_u16(),
         start.elapsed(),
     );
+    if closing && response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // hyper closes an HTTP/1 connection after a response that says so.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

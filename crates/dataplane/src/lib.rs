@@ -45,9 +45,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use table::SocketTable;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Tunables of the data plane.
 #[derive(Clone, Debug)]
@@ -87,7 +88,8 @@ impl Default for Options {
     }
 }
 
-/// An address `apply` could not bind. It is retried on the next apply that still lists it.
+/// An address `apply` could not bind. The data plane keeps retrying it with backoff while the
+/// configuration lists it ([`DataPlane::unbound`] says which addresses are still waiting).
 #[derive(Debug)]
 pub struct BindError {
     pub address: SocketAddr,
@@ -106,6 +108,55 @@ impl std::error::Error for BindError {
     }
 }
 
+/// An address of the configuration that is not listening yet, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unbound {
+    pub address: SocketAddr,
+    /// The operating system's error (`Address already in use (os error 98)`).
+    pub error: String,
+    /// The host cannot use this address at all (EADDRNOTAVAIL: not one of its addresses);
+    /// otherwise the bind may succeed later (the port is taken, a permission is missing).
+    pub address_not_available: bool,
+}
+
+/// Binds that failed, retried with backoff (control path only).
+struct PendingBind {
+    table: SocketTable,
+    error: Unbound,
+    attempts: u32,
+    next_attempt: tokio::time::Instant,
+}
+
+/// The first retry of a failed bind comes after this, then twice as long each time up to
+/// [`BIND_RETRY_MAX`]: a port freed by another process is taken within seconds.
+const BIND_RETRY_FIRST: Duration = Duration::from_millis(250);
+const BIND_RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl PendingBind {
+    fn new(table: SocketTable, address: SocketAddr, error: &std::io::Error) -> Self {
+        PendingBind {
+            table,
+            error: Unbound {
+                address,
+                error: error.to_string(),
+                address_not_available: error.kind() == std::io::ErrorKind::AddrNotAvailable,
+            },
+            attempts: 0,
+            next_attempt: tokio::time::Instant::now() + BIND_RETRY_FIRST,
+        }
+    }
+
+    fn failed_again(&mut self, error: &std::io::Error) {
+        self.attempts += 1;
+        self.error.error = error.to_string();
+        self.error.address_not_available = error.kind() == std::io::ErrorKind::AddrNotAvailable;
+        let backoff = BIND_RETRY_FIRST
+            .saturating_mul(1 << self.attempts.min(8))
+            .min(BIND_RETRY_MAX);
+        self.next_attempt = tokio::time::Instant::now() + backoff;
+    }
+}
+
 /// What one [`DataPlane::apply`] did besides serving the configuration.
 #[derive(Debug, Default)]
 pub struct ApplyReport {
@@ -117,6 +168,11 @@ pub struct ApplyReport {
 
 /// What every socket, connection and request shares.
 pub(crate) struct Shared {
+    /// Set by [`DataPlane::begin_drain`]: responses carry `Connection: close` and HTTP/2
+    /// connections get a GOAWAY, while the sockets still accept.
+    pub closing: std::sync::atomic::AtomicBool,
+    /// Cancelled with `closing`: wakes HTTP/2 connections to send their GOAWAY.
+    pub goaway: CancellationToken,
     pub metrics: Arc<Metrics>,
     pub upstreams: upstream::Upstreams,
     pub server: auto::Builder<TokioExecutor>,
@@ -144,8 +200,16 @@ pub struct DataPlane {
     apply_lock: tokio::sync::Mutex<()>,
     /// Certificates and TLS configurations kept across applies (control path only).
     tls: Mutex<tls::TlsCache>,
-    /// The idle upstream connection sweeper runs (started by the first apply).
-    sweeper: std::sync::Once,
+    /// The idle upstream connection sweeper and the bind retrier run (started by the first
+    /// apply).
+    background: std::sync::Once,
+    /// Addresses of the configuration that could not be bound, retried with backoff.
+    pending: Mutex<HashMap<SocketAddr, PendingBind>>,
+    /// Wakes the bind retrier when `pending` changed.
+    pending_changed: tokio::sync::watch::Sender<()>,
+    /// Bumped whenever the set of unbound addresses changes.
+    serving: tokio::sync::watch::Sender<u64>,
+    this: std::sync::Weak<DataPlane>,
 }
 
 impl fmt::Debug for DataPlane {
@@ -153,6 +217,33 @@ impl fmt::Debug for DataPlane {
         f.debug_struct("DataPlane")
             .field("bound", &self.bound_addresses())
             .finish_non_exhaustive()
+    }
+}
+
+/// Retries failed binds when they are due (backoff per address) or when an apply changed them;
+/// runs until the data plane is dropped or shut down.
+async fn retry_binds(
+    dp: std::sync::Weak<DataPlane>,
+    mut changed: tokio::sync::watch::Receiver<()>,
+) {
+    let mut next: Option<tokio::time::Instant> = None;
+    loop {
+        let woke = match next {
+            Some(at) => tokio::select! {
+                () = tokio::time::sleep_until(at) => Ok(()),
+                r = changed.changed() => r,
+            },
+            None => changed.changed().await,
+        };
+        // The sender lives in the data plane: an error means it is gone.
+        if woke.is_err() {
+            return;
+        }
+        let Some(dp) = dp.upgrade() else { return };
+        if dp.shared.draining.is_cancelled() {
+            return;
+        }
+        next = dp.retry_due_binds().await;
     }
 }
 
@@ -195,6 +286,8 @@ fn server_builder(options: &Options) -> auto::Builder<TokioExecutor> {
 impl DataPlane {
     pub fn new(options: Options, metrics: Arc<Metrics>) -> Arc<Self> {
         let shared = Shared {
+            closing: std::sync::atomic::AtomicBool::new(false),
+            goaway: CancellationToken::new(),
             upstreams: upstream::Upstreams::new(&options),
             server: server_builder(&options),
             metrics,
@@ -218,12 +311,16 @@ impl DataPlane {
                 None
             },
         };
-        Arc::new(DataPlane {
+        Arc::new_cyclic(|this| DataPlane {
             shared: Arc::new(shared),
             sockets: Mutex::new(HashMap::new()),
             apply_lock: tokio::sync::Mutex::new(()),
             tls: Mutex::new(tls::TlsCache::default()),
-            sweeper: std::sync::Once::new(),
+            background: std::sync::Once::new(),
+            pending: Mutex::new(HashMap::new()),
+            pending_changed: tokio::sync::watch::channel(()).0,
+            serving: tokio::sync::watch::channel(0).0,
+            this: this.clone(),
         })
     }
 
@@ -252,8 +349,12 @@ impl DataPlane {
             warn!("apply after shutdown ignored");
             return ApplyReport::default();
         }
-        self.sweeper.call_once(|| {
+        self.background.call_once(|| {
             tokio::spawn(sweep_idle_upstreams(Arc::downgrade(&self.shared)));
+            tokio::spawn(retry_binds(
+                self.this.clone(),
+                self.pending_changed.subscribe(),
+            ));
         });
         let (tables, diagnostics) = {
             let mut tls = self.tls.lock().unwrap_or_else(|e| e.into_inner());
@@ -285,6 +386,9 @@ impl DataPlane {
                 .filter_map(|addr| sockets.remove(&addr).map(|s| (addr, s)))
                 .collect()
         };
+        let unbound_before = self.unbound();
+        self.pending()
+            .retain(|address, _| tables.contains_key(address));
         for (_, socket) in &removed {
             socket.stop_accepting();
         }
@@ -294,28 +398,128 @@ impl DataPlane {
         }
 
         let mut bind_errors = Vec::new();
-        let mut sockets = self.sockets();
-        for (address, table) in tables {
-            if let Some(socket) = sockets.get(&address) {
-                socket.state.table.store(Arc::new(table));
-                continue;
-            }
-            let stop = self.shared.draining.child_token();
-            match listeners::start(address, table, self.shared.clone(), stop) {
-                Ok(socket) => {
-                    sockets.insert(address, socket);
-                    info!(%address, "listening");
+        {
+            let mut sockets = self.sockets();
+            let mut pending = self.pending();
+            for (address, table) in tables {
+                if let Some(socket) = sockets.get(&address) {
+                    socket.state.table.store(Arc::new(table));
+                    continue;
                 }
-                Err(error) => {
-                    warn!(%address, %error, "cannot bind listener");
-                    bind_errors.push(BindError { address, error });
+                match self.bind(address) {
+                    Ok(bound) => {
+                        pending.remove(&address);
+                        sockets.insert(address, self.start(bound, table));
+                        info!(%address, "listening");
+                    }
+                    Err(error) => {
+                        warn!(%address, %error, "cannot bind listener; retrying with backoff");
+                        match pending.get_mut(&address) {
+                            Some(p) => {
+                                p.table = table;
+                                p.failed_again(&error);
+                            }
+                            None => {
+                                pending.insert(address, PendingBind::new(table, address, &error));
+                            }
+                        }
+                        bind_errors.push(BindError { address, error });
+                    }
                 }
             }
         }
+        self.pending_changed.send_replace(());
+        self.serving_changed_from(&unbound_before);
         ApplyReport {
             bind_errors,
             diagnostics,
         }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, PendingBind>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Binds `address` and starts accepting; on failure the table comes back with the error.
+    /// Binds `address` (a socket per accepting runtime), counting failures.
+    fn bind(&self, address: SocketAddr) -> std::io::Result<Vec<std::net::TcpListener>> {
+        listeners::bind_for(address, &self.shared)
+            .inspect_err(|_| self.shared.metrics.bind_failure(address))
+    }
+
+    /// Starts accepting on sockets from [`DataPlane::bind`], routing with `table`.
+    fn start(&self, bound: Vec<std::net::TcpListener>, table: SocketTable) -> BoundSocket {
+        let stop = self.shared.draining.child_token();
+        listeners::start(bound, table, self.shared.clone(), stop)
+    }
+
+    /// Addresses of the configuration that are not listening, and why; sorted by address.
+    pub fn unbound(&self) -> Vec<Unbound> {
+        let mut list: Vec<Unbound> = self.pending().values().map(|p| p.error.clone()).collect();
+        list.sort_by_key(|u| u.address);
+        list
+    }
+
+    /// A receiver that sees a new value whenever [`DataPlane::unbound`] changes (a retried
+    /// bind succeeded, or an apply added or removed a failing address).
+    pub fn serving_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.serving.subscribe()
+    }
+
+    fn serving_changed_from(&self, before: &[Unbound]) {
+        if self.unbound() != before {
+            self.serving.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Tries the failed binds that are due; returns when the next one is.
+    async fn retry_due_binds(&self) -> Option<tokio::time::Instant> {
+        let _serial = self.apply_lock.lock().await;
+        if self.shared.draining.is_cancelled() {
+            return None;
+        }
+        let before = self.unbound();
+        let now = tokio::time::Instant::now();
+        {
+            let mut sockets = self.sockets();
+            let mut pending = self.pending();
+            let due: Vec<SocketAddr> = pending
+                .iter()
+                .filter(|(_, p)| p.next_attempt <= now)
+                .map(|(a, _)| *a)
+                .collect();
+            for address in due {
+                let Some(p) = pending.remove(&address) else {
+                    continue;
+                };
+                let attempts = p.attempts;
+                match self.bind(address) {
+                    Ok(bound) => {
+                        info!(%address, attempts = attempts + 1, "listening (bind retried)");
+                        sockets.insert(address, self.start(bound, p.table));
+                    }
+                    Err(error) => {
+                        let mut p = p;
+                        p.failed_again(&error);
+                        debug!(%address, %error, "bind retry failed");
+                        pending.insert(address, p);
+                    }
+                }
+            }
+        }
+        self.serving_changed_from(&before);
+        self.pending().values().map(|p| p.next_attempt).min()
+    }
+
+    /// Starts draining the way Kubernetes expects, while the sockets keep accepting (load
+    /// balancers are still removing this instance): every response from now on carries
+    /// `Connection: close` and HTTP/2 connections get a GOAWAY, so clients move their next
+    /// requests to new connections. [`DataPlane::shutdown`] then closes the sockets.
+    pub fn begin_drain(&self) {
+        self.shared
+            .closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.shared.goaway.cancel();
     }
 
     /// Stop accepting everywhere, let in-flight requests finish, close idle keep-alive

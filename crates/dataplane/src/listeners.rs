@@ -43,6 +43,14 @@ pub(crate) struct SocketShared {
     pub draining: AtomicBool,
 }
 
+impl SocketShared {
+    /// Whether a response should close its connection: this socket stops accepting, or the
+    /// whole data plane drains ([`crate::DataPlane::begin_drain`]).
+    pub(crate) fn closing(&self) -> bool {
+        self.draining.load(Ordering::Relaxed) || self.shared.closing.load(Ordering::Relaxed)
+    }
+}
+
 pub(crate) struct BoundSocket {
     pub state: Arc<SocketShared>,
     /// Cancelled to stop accepting; the socket's connections then drain gracefully.
@@ -109,21 +117,32 @@ fn listen(socket: Socket, addr: SocketAddr) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
-/// Binds `addr` and starts accepting: one accept loop per worker runtime, each on its own socket
-/// (a connection stays on the worker that accepted it), or on the current runtime when there are
-/// no workers.
-pub(crate) fn start(
+/// The runtimes sockets accept on: the workers, or the current runtime when there are none.
+fn accept_runtimes(shared: &Shared) -> Vec<tokio::runtime::Handle> {
+    match shared.workers.as_ref() {
+        Some(w) => w.handles().to_vec(),
+        None => vec![tokio::runtime::Handle::current()],
+    }
+}
+
+/// Binds `addr` once per accepting runtime (see [`bind`]).
+pub(crate) fn bind_for(
     addr: SocketAddr,
+    shared: &Shared,
+) -> io::Result<Vec<std::net::TcpListener>> {
+    bind(addr, accept_runtimes(shared).len())
+}
+
+/// Starts accepting on sockets from [`bind_for`]: one accept loop per worker runtime, each on
+/// its own socket (a connection stays on the worker that accepted it), or on the current
+/// runtime when there are no workers.
+pub(crate) fn start(
+    listeners: Vec<std::net::TcpListener>,
     table: SocketTable,
     shared: Arc<Shared>,
     stop: CancellationToken,
-) -> io::Result<BoundSocket> {
-    let current = [tokio::runtime::Handle::current()];
-    let runtimes = shared
-        .workers
-        .as_ref()
-        .map_or(&current[..], |w| w.handles());
-    let listeners = bind(addr, runtimes.len())?;
+) -> BoundSocket {
+    let runtimes = accept_runtimes(&shared);
     let state = Arc::new(SocketShared {
         table: ArcSwap::from_pointee(table),
         shared: shared.clone(),
@@ -131,18 +150,18 @@ pub(crate) fn start(
     });
     let accept = listeners
         .into_iter()
-        .zip(runtimes)
+        .zip(&runtimes)
         .map(|(socket, runtime)| {
             shared
                 .tasks
                 .spawn_on(accept_loop(socket, state.clone(), stop.clone()), runtime)
         })
         .collect();
-    Ok(BoundSocket {
+    BoundSocket {
         state,
         stop,
         accept,
-    })
+    }
 }
 
 async fn accept_loop(
@@ -364,19 +383,21 @@ async fn serve_http<I>(
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
     let conn = Arc::new(ConnContext::new(socket, client_ip, sni, active));
     if alpn_h2 {
-        return Box::pin(serve_hyper(io, peer, conn, drain, &shared)).await;
+        return Box::pin(serve_hyper(io, peer, conn, drain, &shared, true)).await;
     }
     let outcome = tokio::select! {
         outcome = h1::serve(io, conn.clone(), drain.clone(), shared.h1) => outcome,
         () = shared.kill.cancelled() => return,
     };
     if let h1::Outcome::Handoff(io, pending) = outcome {
+        let h2 = pending.starts_with(h1::H2_PREFACE);
         Box::pin(serve_hyper(
             Prefixed::new(pending, io),
             peer,
             conn,
             drain,
             &shared,
+            h2,
         ))
         .await;
     }
@@ -389,6 +410,7 @@ async fn serve_hyper<I>(
     conn: Arc<ConnContext>,
     drain: CancellationToken,
     shared: &Shared,
+    h2: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -411,6 +433,11 @@ async fn serve_hyper<I>(
             return;
         }
         () = drain.cancelled() => {}
+        // Draining the data plane (sockets still accept): an HTTP/2 client gets its GOAWAY now
+        // and takes further requests to a new connection; HTTP/1 responses carry
+        // `Connection: close` instead (hyper_path), so no idle connection is cut under a
+        // client that is about to reuse it.
+        () = shared.goaway.cancelled(), if h2 => {}
         () = shared.kill.cancelled() => return,
     }
     // HTTP/1: finish the request in flight, then close (idle connections close now).

@@ -69,6 +69,12 @@ pub struct Metrics {
     pub(crate) tls_failures: Family<ReasonLabels, Counter>,
     pub(crate) certificate_expiry: Family<CertificateLabels, Gauge>,
     pub(crate) config_diagnostics: Gauge,
+    pub(crate) bind_failures: Family<AddressLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AddressLabels {
+    address: String,
 }
 
 impl Metrics {
@@ -83,6 +89,7 @@ impl Metrics {
             tls_failures: Family::default(),
             certificate_expiry: Family::default(),
             config_diagnostics: Gauge::default(),
+            bind_failures: Family::default(),
         };
         // Every reason exists from the start, so that rates and alerts see zeros.
         for reason in FailureReason::ALL {
@@ -90,6 +97,11 @@ impl Metrics {
                 reason: reason.as_str(),
             });
         }
+        registry.register(
+            "gatehouse_listener_bind_failures",
+            "Failed attempts to bind a listener address (the data plane retries with backoff)",
+            metrics.bind_failures.clone(),
+        );
         registry.register(
             "gatehouse_dataplane_config_diagnostics",
             "Problems in the applied configuration that the data plane contained (a match that never matches, a rule answering 500, a listener refusing handshakes); listed at /status",
@@ -137,6 +149,14 @@ impl Metrics {
             metrics.certificate_expiry.clone(),
         );
         metrics
+    }
+
+    pub(crate) fn bind_failure(&self, address: std::net::SocketAddr) {
+        self.bind_failures
+            .get_or_create(&AddressLabels {
+                address: address.to_string(),
+            })
+            .inc();
     }
 
     /// Metrics registered nowhere, for tests and embedders that do not export them.

@@ -50,21 +50,28 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" => {
-            if state.control.is_ready() {
-                // An unreachable API server does not make the data plane unready: it keeps
-                // serving the last configuration, and says so.
-                let api = match state.control.api_connected() {
-                    Some(false) => "kubernetes api: unreachable, serving the last configuration\n",
-                    Some(true) => "kubernetes api: connected\n",
-                    None => "",
-                };
-                respond(StatusCode::OK, "text/plain", format!("ready\n{api}"))
-            } else {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "not ready: first configuration not applied yet\n",
-                )
+            match state.control.readiness() {
+                Ok(()) => {
+                    // An unreachable API server does not make the data plane unready: it keeps
+                    // serving the last configuration, and says so.
+                    let api = match state.control.api_connected() {
+                        Some(false) => {
+                            "kubernetes api: unreachable, serving the last configuration\n"
+                        }
+                        Some(true) => "kubernetes api: connected\n",
+                        None => "",
+                    };
+                    respond(StatusCode::OK, "text/plain", format!("ready\n{api}"))
+                }
+                Err(missing) => {
+                    let mut body = String::from("not ready:\n");
+                    for m in missing {
+                        body.push_str("- ");
+                        body.push_str(&m);
+                        body.push('\n');
+                    }
+                    respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", body)
+                }
             }
         }
         "/metrics" => {
@@ -100,6 +107,7 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
             json(&serde_json::json!({
                 "generation": snap.generation,
                 "errors": snap.errors,
+                "warnings": snap.warnings,
                 "bind_errors": snap.bind_errors,
                 "diagnostics": snap.diagnostics,
                 "objects": snap.objects,

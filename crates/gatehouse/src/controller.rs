@@ -18,6 +18,7 @@ pub struct ControllerOptions {
     /// Give each Gateway its own loopback address (127.x.y.z), so that many Gateways can all
     /// use the same ports on one machine.
     pub local_addresses: bool,
+    pub drain_delay: Duration,
     pub shutdown_grace: Duration,
     pub dataplane: DataOptions,
     /// `None` disables leader election: this replica always writes status.
@@ -46,6 +47,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
     let serve_opts = Serve {
         admin_address: opts.admin_address,
         dataplane: opts.dataplane,
+        drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
     };
     let running = serve(serve_opts, source, options, |r| {

@@ -3,4 +3,5 @@
 pub mod admin;
 pub mod controller;
 pub mod run;
+pub mod status_cmd;
 pub mod telemetry;

@@ -1,8 +1,7 @@
 //! The `gatehouse` command.
 
 use clap::{Parser, Subcommand};
-use gatehouse::{controller, run, telemetry};
-use gatehouse_controlplane::status_report;
+use gatehouse::{controller, run, status_cmd, telemetry};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,9 +42,16 @@ enum Command {
         /// A YAML file or a directory of them.
         #[arg(short = 'f', long = "file")]
         path: PathBuf,
-        /// Output format.
-        #[arg(short = 'o', long, default_value = "yaml", value_parser = ["yaml", "json"])]
+        /// Output format: the objects with their status (yaml, json), or a table of Gateways,
+        /// listeners and routes with their conditions (wide).
+        #[arg(short = 'o', long, default_value = "yaml", value_parser = ["yaml", "json", "wide"])]
         output: String,
+        /// Exit non-zero on any problem, not only on files that do not load: warnings (unknown
+        /// fields), conditions in a bad state, parentRefs to Gateways that do not exist,
+        /// Gateways of a missing class, no objects at all. One `file:line: message` line each
+        /// on stderr.
+        #[arg(long)]
+        strict: bool,
     },
     /// A small backend that answers with JSON describing each request (examples and tests;
     /// built with the default `echo` feature, left out of the production image).
@@ -112,7 +118,12 @@ struct ServeArgs {
     /// Address for Gateways that do not ask for one in spec.addresses.
     #[arg(long, default_value = "0.0.0.0")]
     address: IpAddr,
-    /// On SIGTERM, how long in-flight requests may take to finish.
+    /// On SIGTERM, how long /readyz fails while the sockets still accept, before they close.
+    /// Endpoint removal reaches kube-proxy and load balancers only some seconds after the pod
+    /// is told to stop; responses meanwhile carry `Connection: close` (HTTP/2: GOAWAY).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    drain_delay: Duration,
+    /// After the drain delay, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
     /// Connecting to a backend.
@@ -154,7 +165,11 @@ fn main() -> ExitCode {
             Command::Controller(args) => run_controller(args, workers)
                 .await
                 .map(|()| ExitCode::SUCCESS),
-            Command::Status { path, output } => Ok(status(path, &output)),
+            Command::Status {
+                path,
+                output,
+                strict,
+            } => Ok(status_cmd::run(path, &output, strict)),
             #[cfg(feature = "echo")]
             Command::Echo { listen, name } => {
                 gatehouse_echo::run(gatehouse_echo::EchoOptions { listen, name })
@@ -188,6 +203,7 @@ fn run_options(a: RunArgs, workers: usize) -> run::RunOptions {
         path: a.path,
         admin_address: a.serve.admin_address,
         default_address: a.serve.address,
+        drain_delay: a.serve.drain_delay,
         shutdown_grace: a.serve.shutdown_grace,
         dataplane: dataplane_options(&a.serve, workers),
     }
@@ -207,11 +223,13 @@ async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()>
         identity,
         lease_duration: a.lease_duration,
         renew_every: a.lease_duration / 5,
+        clock_skew_secs: 0,
     });
     let opts = controller::ControllerOptions {
         admin_address: a.serve.admin_address,
         default_address: a.serve.address,
         local_addresses: a.local_addresses,
+        drain_delay: a.serve.drain_delay,
         shutdown_grace: a.serve.shutdown_grace,
         dataplane: dataplane_options(&a.serve, workers),
         lease,
@@ -235,38 +253,5 @@ fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Opti
         workers,
         dedicated_workers: true,
         ..Default::default()
-    }
-}
-
-/// Errors go to stderr and make the exit code 1, so `status` doubles as a manifest check in CI.
-fn status(path: PathBuf, output: &str) -> ExitCode {
-    let mut source = gatehouse_controlplane::FileSource::new(path);
-    let loaded = source.load();
-    for e in &loaded.errors {
-        eprintln!("error: {e}");
-    }
-    let out = gatehouse_translate::translate(&loaded.input, &Default::default());
-    let mut st = out.status;
-    gatehouse_translate::stamp_status(
-        &mut st,
-        &Default::default(),
-        k8s_openapi::jiff::Timestamp::now(),
-    );
-    let objects = status_report::objects(&loaded.input, &st);
-    if output == "json" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
-            )
-            .unwrap_or_default()
-        );
-    } else {
-        print!("{}", status_report::to_yaml(&objects));
-    }
-    if loaded.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }

@@ -9,6 +9,7 @@ use gatehouse_controlplane::{Applied, ControlState, Publisher, Reconciler, Sourc
 use gatehouse_dataplane::{DataPlane, Metrics as DataMetrics, Options as DataOptions};
 use gatehouse_ir as ir;
 use gatehouse_translate::Options as TranslateOptions;
+use gatehouse_translate::serving::{BindProblem, Serving};
 use prometheus_client::registry::Registry;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ pub struct RunOptions {
     pub admin_address: SocketAddr,
     /// Where Gateways without spec.addresses listen.
     pub default_address: IpAddr,
+    /// On SIGTERM: how long readiness fails while the sockets still accept (see [`Running::drain`]).
+    pub drain_delay: Duration,
     pub shutdown_grace: Duration,
     pub dataplane: DataOptions,
 }
@@ -49,15 +52,50 @@ impl State {
 }
 
 /// The data plane of this process as the reconcile loop's publisher.
-struct LocalDataPlane(Arc<DataPlane>);
+struct LocalDataPlane {
+    dataplane: Arc<DataPlane>,
+    changes: tokio::sync::Mutex<tokio::sync::watch::Receiver<u64>>,
+}
+
+impl LocalDataPlane {
+    fn new(dataplane: Arc<DataPlane>) -> Self {
+        let changes = tokio::sync::Mutex::new(dataplane.serving_changes());
+        LocalDataPlane { dataplane, changes }
+    }
+}
 
 impl Publisher for LocalDataPlane {
     fn apply(&self, config: Arc<ir::Config>) -> BoxFuture<'_, Applied> {
         Box::pin(async move {
-            let report = self.0.apply(&config).await;
+            let report = self.dataplane.apply(&config).await;
             Applied {
-                bind_errors: report.bind_errors.iter().map(ToString::to_string).collect(),
                 diagnostics: report.diagnostics.iter().map(ToString::to_string).collect(),
+            }
+        })
+    }
+
+    fn serving(&self) -> Serving {
+        Serving {
+            unbound: self
+                .dataplane
+                .unbound()
+                .into_iter()
+                .map(|u| {
+                    let problem = BindProblem {
+                        error: u.error,
+                        address_not_usable: u.address_not_available,
+                    };
+                    (u.address, problem)
+                })
+                .collect(),
+        }
+    }
+
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            let mut changes = self.changes.lock().await;
+            if changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
             }
         })
     }
@@ -70,10 +108,29 @@ pub struct Running {
     pub(crate) stop: CancellationToken,
     pub(crate) task: tokio::task::JoinHandle<()>,
     pub(crate) admin_task: tokio::task::JoinHandle<()>,
+    pub(crate) drain_delay: Duration,
     pub(crate) grace: Duration,
 }
 
 impl Running {
+    /// Shutting down the way Kubernetes expects (SIGTERM): readiness fails at once, so the
+    /// endpoint leaves load balancers; for the drain delay the sockets keep accepting (the
+    /// endpoint removal reaches kube-proxy and cloud load balancers only some time after
+    /// SIGTERM) while every response carries `Connection: close` and HTTP/2 connections get
+    /// a GOAWAY, moving clients off this instance; then [`Running::stop`].
+    pub async fn drain(self) {
+        self.state.control.set_draining();
+        self.state.dataplane.begin_drain();
+        if !self.drain_delay.is_zero() {
+            tracing::info!(
+                delay = ?self.drain_delay,
+                "draining: readiness fails, connections are asked to close, sockets still accept"
+            );
+            tokio::time::sleep(self.drain_delay).await;
+        }
+        self.stop().await;
+    }
+
     /// Graceful stop: no new connections, in-flight requests finish (up to the grace period).
     pub async fn stop(self) {
         self.stop.cancel();
@@ -87,6 +144,7 @@ impl Running {
 pub(crate) struct Serve {
     pub admin_address: SocketAddr,
     pub dataplane: DataOptions,
+    pub drain_delay: Duration,
     pub shutdown_grace: Duration,
 }
 
@@ -104,7 +162,7 @@ pub(crate) async fn serve<S: Source>(
         .with_context(|| format!("cannot bind the admin endpoint on {}", serve.admin_address))?;
     let admin_address = admin_listener.local_addr()?;
     let admin_task = tokio::spawn(admin::serve(admin_listener, Arc::clone(&state)));
-    let publisher = Arc::new(LocalDataPlane(Arc::clone(&state.dataplane)));
+    let publisher = Arc::new(LocalDataPlane::new(Arc::clone(&state.dataplane)));
     let reconciler = configure(Reconciler::new(
         source,
         options,
@@ -125,6 +183,7 @@ pub(crate) async fn serve<S: Source>(
         stop,
         task,
         admin_task,
+        drain_delay: serve.drain_delay,
         grace: serve.shutdown_grace,
     })
 }
@@ -140,6 +199,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let serve_opts = Serve {
         admin_address: opts.admin_address,
         dataplane: opts.dataplane,
+        drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
     };
     let running = serve(serve_opts, source, options, |r| r).await?;
@@ -155,8 +215,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
 
 pub async fn serve_until_signal(running: Running) {
     shutdown_signal().await;
-    tracing::info!("shutting down: no new connections, finishing in-flight requests");
-    running.stop().await;
+    tracing::info!(
+        "shutting down: readiness fails, then no new connections, in-flight requests finish"
+    );
+    running.drain().await;
     tracing::info!("stopped");
 }
 

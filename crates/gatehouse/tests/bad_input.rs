@@ -58,12 +58,13 @@ async fn broken_files_keep_the_last_good_configuration() {
             "regular expression",
         ),
         (
-            "unknown kind",
-            format!(
-                "{valid}---\napiVersion: example.com/v1\nkind: Teapot\nmetadata: {{name: t}}\n"
+            "unsupported apiVersion of a known kind",
+            valid.replace(
+                "gateway.networking.k8s.io/v1",
+                "gateway.networking.k8s.io/v9",
             ),
-            13,
-            "Teapot",
+            1,
+            "apiVersion",
         ),
         (
             "missing kind",
@@ -124,6 +125,42 @@ async fn broken_files_keep_the_last_good_configuration() {
         .await;
         assert_eq!(version(c.clone()).await, "good");
     }
+
+    // A kind Gatehouse does not read (an app's Deployment next to its route) is skipped with
+    // a warning; the route in the same file applies.
+    gw.write(
+        "routes.yaml",
+        &format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec: {{}}\n---\n{}",
+            good_route("beside-a-deployment")
+        ),
+    );
+    eventually(
+        "the route beside a Deployment applies",
+        Duration::from_secs(5),
+        || {
+            let c = c.clone();
+            async move { version(c).await == "beside-a-deployment" }
+        },
+    )
+    .await;
+    assert!(gw.errors().is_empty(), "{:?}", gw.errors());
+    let status: serde_json::Value = c
+        .get(format!("http://{}/status", gw.admin()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let warning = status["warnings"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        warning.starts_with(&format!("{}:2:", file.display())) && warning.contains("Deployment"),
+        "{status}"
+    );
 
     // And a real fix with new content is applied.
     gw.write("routes.yaml", &good_route("fixed"));

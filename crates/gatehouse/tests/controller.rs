@@ -73,6 +73,7 @@ impl Env {
             admin_address: "127.0.0.1:0".parse().unwrap(),
             default_address: address.parse::<IpAddr>().unwrap(),
             local_addresses: false,
+            drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(2),
             dataplane: Default::default(),
             lease,
@@ -344,6 +345,7 @@ async fn two_replicas_elect_one_status_writer_and_fail_over() {
         identity: id.to_string(),
         lease_duration: Duration::from_secs(3),
         renew_every: Duration::from_millis(500),
+        clock_skew_secs: 0,
     };
     let first = start(
         env.options("127.0.0.1", Some(lease("first"))),

@@ -63,6 +63,7 @@ async fn traffic_survives_an_api_server_outage() {
             admin_address: "127.0.0.1:0".parse().unwrap(),
             default_address: "127.0.0.1".parse().unwrap(),
             local_addresses: false,
+            drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(2),
             dataplane: Default::default(),
             lease: None,

@@ -1,9 +1,15 @@
 //! Leader election on a coordination.k8s.io Lease, so that only one replica writes status.
 //!
 //! Written by hand: the kube-rs ecosystem's lease crates do not yet follow kube 4. The
-//! protocol is the usual one: the holder renews every `renew_every`; anyone may take a Lease
-//! whose renewTime is older than its leaseDuration; every write carries the resourceVersion
-//! read, so two candidates can never both win.
+//! protocol is client-go's: the holder renews every `renew_every`; a candidate takes a Lease
+//! only when it has seen the Lease's record stay unchanged for a whole leaseDuration *by its
+//! own clock* (or when the Lease is vacant); every write carries the resourceVersion read, so
+//! two candidates can never both win.
+//!
+//! Expiry is never judged from the renewTime in the Lease: that time was written by another
+//! node's clock, and with clocks apart by more than the lease duration a candidate would take
+//! a Lease that is being renewed, and two replicas would lead at once. Local observation
+//! only needs every node's clock to run at the same rate.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -23,6 +29,9 @@ pub struct LeaseOptions {
     pub identity: String,
     pub lease_duration: Duration,
     pub renew_every: Duration,
+    /// How far this replica's wall clock is off, in seconds (0 in production). Tests set it to
+    /// show that the times written into the Lease play no part in deciding expiry.
+    pub clock_skew_secs: i64,
 }
 
 pub struct LeaderElection {
@@ -80,15 +89,23 @@ impl LeaderElection {
     }
 }
 
-fn now() -> MicroTime {
-    MicroTime(Timestamp::now())
+/// This replica's wall clock, for the times it writes into the Lease (informational only).
+fn now(o: &LeaseOptions) -> MicroTime {
+    MicroTime(Timestamp::now() + SignedDuration::from_secs(o.clock_skew_secs))
+}
+
+/// The Lease record as last seen, and when (by this replica's monotonic clock).
+struct Observed {
+    record: Option<LeaseSpec>,
+    at: Instant,
 }
 
 async fn run(api: Api<Lease>, o: LeaseOptions, tx: Arc<watch::Sender<bool>>) {
     let mut last_renewed: Option<Instant> = None;
     let mut failing = false;
+    let mut observed: Option<Observed> = None;
     loop {
-        let held = match try_acquire_or_renew(&api, &o).await {
+        let held = match try_acquire_or_renew(&api, &o, &mut observed).await {
             Ok(held) => {
                 failing = false;
                 if held {
@@ -123,7 +140,11 @@ async fn run(api: Api<Lease>, o: LeaseOptions, tx: Arc<watch::Sender<bool>>) {
 }
 
 /// One round: true if this replica holds the Lease afterwards.
-async fn try_acquire_or_renew(api: &Api<Lease>, o: &LeaseOptions) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    o: &LeaseOptions,
+    observed: &mut Option<Observed>,
+) -> Result<bool, kube::Error> {
     let duration_secs = i32::try_from(o.lease_duration.as_secs()).unwrap_or(15);
     let Some(mut lease) = api.get_opt(&o.name).await? else {
         let lease = Lease {
@@ -135,8 +156,8 @@ async fn try_acquire_or_renew(api: &Api<Lease>, o: &LeaseOptions) -> Result<bool
             spec: Some(LeaseSpec {
                 holder_identity: Some(o.identity.clone()),
                 lease_duration_seconds: Some(duration_secs),
-                acquire_time: Some(now()),
-                renew_time: Some(now()),
+                acquire_time: Some(now(o)),
+                renew_time: Some(now(o)),
                 lease_transitions: Some(0),
                 ..Default::default()
             }),
@@ -149,22 +170,32 @@ async fn try_acquire_or_renew(api: &Api<Lease>, o: &LeaseOptions) -> Result<bool
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
     let mine = spec.holder_identity.as_deref() == Some(&o.identity);
-    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renewed), Some(secs)) => {
-            renewed.0 + SignedDuration::from_secs(i64::from(secs)) < Timestamp::now()
+    // A record that changed since we last looked was renewed: start timing it afresh.
+    let unchanged_for = match observed.as_ref() {
+        Some(seen) if seen.record.as_ref() == Some(&*spec) => seen.at.elapsed(),
+        _ => {
+            *observed = Some(Observed {
+                record: Some(spec.clone()),
+                at: Instant::now(),
+            });
+            Duration::ZERO
         }
-        _ => true,
     };
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(o.lease_duration, Duration::from_secs);
+    let expired = unchanged_for > duration;
     let vacant = spec.holder_identity.as_deref().is_none_or(str::is_empty);
     if !mine && !expired && !vacant {
         return Ok(false);
     }
     if !mine {
         spec.holder_identity = Some(o.identity.clone());
-        spec.acquire_time = Some(now());
+        spec.acquire_time = Some(now(o));
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
-    spec.renew_time = Some(now());
+    spec.renew_time = Some(now(o));
     spec.lease_duration_seconds = Some(duration_secs);
     // replace carries metadata.resourceVersion: a concurrent writer makes this a 409.
     match api.replace(&o.name, &PostParams::default(), &lease).await {

@@ -5,8 +5,8 @@
 //! objects the other kinds reference are watched, each with a field selector on its namespace
 //! and name, so the controller never holds every Secret of the cluster in memory.
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 use gatehouse_translate::kinds::{
     Kind, KindScope, KindVisitor, ScopeVisitor, Watch, for_each_kind,
 };
@@ -92,6 +92,14 @@ trait Mirror: Send + Sync {
     /// Adds the kind's objects to `input`. Referenced kinds first adjust their watches to
     /// what `input` references (a newly referenced object arrives with a later change).
     fn fill(&self, input: &mut Input);
+    /// Referenced objects whose watch has not listed yet (`Secret ns/name`).
+    fn pending(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Resolves once every current watch has listed.
+    fn wait_synced(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
     fn stop(&self);
 }
 
@@ -177,6 +185,27 @@ impl<K: Kind> Mirror for Referenced<K> {
         );
     }
 
+    fn pending(&self) -> Vec<String> {
+        let watches = self.watches.lock().expect("not poisoned");
+        watches
+            .iter()
+            .filter(|(_, (store, _))| store.wait_until_ready().now_or_never().is_none())
+            .map(|(key, _)| format!("{} {key}", K::kind_name()))
+            .collect()
+    }
+
+    fn wait_synced(&self) -> BoxFuture<'_, ()> {
+        let stores: Vec<Store<K>> = {
+            let watches = self.watches.lock().expect("not poisoned");
+            watches.values().map(|(store, _)| store.clone()).collect()
+        };
+        Box::pin(async move {
+            for store in stores {
+                let _ = store.wait_until_ready().await;
+            }
+        })
+    }
+
     fn stop(&self) {
         let mut watches = self.watches.lock().expect("not poisoned");
         for (_, (_, task)) in std::mem::take(&mut *watches) {
@@ -205,6 +234,9 @@ pub(crate) fn api_in<K: Kind>(client: &Client, namespace: &str) -> Api<K> {
     }
     <K::Scope as KindScope>::with_scope::<K, _>(In(client, namespace))
 }
+
+/// How long a snapshot waits for the watches of newly referenced objects to list.
+const REFERENCED_SYNC_WAIT: Duration = Duration::from_secs(5);
 
 pub struct KubeSource {
     client: Client,
@@ -348,10 +380,24 @@ impl crate::source::Source for KubeSource {
         KubeSource::changed(self).await;
     }
 
+    /// Blocks (briefly) for the watches of newly referenced objects, so that a Secret is
+    /// read before the listener that needs it is first translated: without the wait the
+    /// listener would say InvalidCertificateRef for one generation, and readiness would turn
+    /// green before its certificate serves.
     fn snapshot(&mut self) -> crate::source::SourceSnapshot {
+        let mut input = KubeSource::snapshot(self);
+        let unsynced = self.mirrors.iter().any(|m| !m.pending().is_empty());
+        if unsynced {
+            let all = futures_util::future::join_all(self.mirrors.iter().map(|m| m.wait_synced()));
+            let _ = tokio::runtime::Handle::current()
+                .block_on(async { tokio::time::timeout(REFERENCED_SYNC_WAIT, all).await });
+            input = KubeSource::snapshot(self);
+        }
         crate::source::SourceSnapshot {
-            input: KubeSource::snapshot(self),
+            input,
             errors: Vec::new(),
+            warnings: Vec::new(),
+            pending: self.mirrors.iter().flat_map(|m| m.pending()).collect(),
         }
     }
 

@@ -22,4 +22,4 @@ mod write;
 
 pub(crate) use pool::Pool;
 pub(crate) use pool::set_worker_index;
-pub(crate) use session::{Outcome, Settings, serve};
+pub(crate) use session::{H2_PREFACE, Outcome, Settings, serve};

@@ -26,7 +26,6 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -37,7 +36,7 @@ use tracing::debug;
 const INITIAL_READ_BUFFER: usize = 4 * 1024;
 /// Request bodies are streamed through a buffer of at least this size.
 const BODY_READ_BUFFER: usize = 16 * 1024;
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Settings of the HTTP/1 path.
 #[derive(Clone, Copy, Debug)]
@@ -96,9 +95,9 @@ where
             }
         };
         first = false;
-        let draining = session.conn.socket.draining.load(Ordering::Relaxed);
+        let draining = session.conn.socket.closing();
         match session.request(len, draining).await {
-            Next::KeepGoing if !session.conn.socket.draining.load(Ordering::Relaxed) => {}
+            Next::KeepGoing if !session.conn.socket.closing() => {}
             Next::KeepGoing | Next::Close => {
                 // TLS says goodbye (close_notify); plain TCP closes with the socket.
                 if session.conn.sni.is_some() {

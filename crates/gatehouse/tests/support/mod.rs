@@ -48,6 +48,7 @@ impl Gateway {
             path: dir.path().to_path_buf(),
             admin_address: "127.0.0.1:0".parse().unwrap(),
             default_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
             // As the binary serves: connections on two worker threads of their own.
             dataplane: gatehouse_dataplane::Options {
