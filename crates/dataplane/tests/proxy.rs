@@ -600,6 +600,70 @@ async fn h2_get(port: u16, uri: &str) -> Answer {
     }
 }
 
+/// Draining (`begin_drain`): the sockets still accept and serve, HTTP/1 responses carry
+/// `Connection: close` on both request paths, and HTTP/2 connections get a GOAWAY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_asks_every_client_to_leave_while_still_serving() {
+    let be = start_backend("a").await;
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("a")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("a", vec![be])],
+    );
+    let (dp, _) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    // An HTTP/2 connection from before the drain.
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            Request::get("http://h/")
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        get(port, "h", "/")
+            .await
+            .headers
+            .get("connection")
+            .is_none()
+    );
+
+    dp.begin_drain();
+    // HTTP/2: GOAWAY, after which the idle connection ends.
+    tokio::time::timeout(Duration::from_secs(2), conn)
+        .await
+        .expect("the HTTP/2 connection got a GOAWAY and closed")
+        .unwrap()
+        .unwrap();
+    // HTTP/1, on the HTTP/1 path and on hyper's (an absolute-form target is handed over):
+    // still served on new connections, each response asking to close.
+    let answer = get(port, "h", "/").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers["connection"], "close");
+    let raw_answer = raw(port, b"GET http://h/ HTTP/1.1\r\nhost: h\r\n\r\n").await;
+    assert!(raw_answer.starts_with("HTTP/1.1 200"), "{raw_answer}");
+    assert!(
+        raw_answer
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "{raw_answer}"
+    );
+    dp.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_downstream_and_h2c_upstream() {
     let be = start_backend("a").await;

@@ -142,7 +142,12 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init_logging(cli.log_format);
+    // `status` reports problems itself (file:line on stderr); log lines would repeat them.
+    let level = match cli.command {
+        Command::Status { .. } => "error",
+        _ => "info",
+    };
+    telemetry::init_logging(cli.log_format, level);
     let workers = worker_count(cli.workers);
     // `run` and `controller` serve connections on their own worker threads (see
     // gatehouse_dataplane::Options::dedicated_workers); this runtime only carries the control

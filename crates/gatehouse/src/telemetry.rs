@@ -6,10 +6,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Install the global tracing subscriber. `RUST_LOG` overrides the default level.
-pub fn init_logging(format: LogFormat) {
+/// Install the global tracing subscriber. `RUST_LOG` overrides `default_level`.
+pub fn init_logging(format: LogFormat, default_level: &str) {
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // rustls warns about things clients do on every connection (an IP address as SNI, for
     // one): any client could fill the log and spend the proxy's CPU on it. Gatehouse reports
     // handshake failures itself (metrics, debug logs); rustls keeps its errors unless
