@@ -6,7 +6,7 @@ BIN := target/release/gatehouse
 
 help:
 	@echo "make example   build and run the cafe example (gateway on :8080, admin on 127.0.0.1:9901)"
-	@echo "make test      formatting, clippy, and every test (unit, translate tables, end-to-end, local kube-apiserver)"
+	@echo "make test      formatting, clippy, and every test (unit, translate fixtures, end-to-end, local kube-apiserver)"
 	@echo "make build     release build of the gatehouse binary"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root)"
 
