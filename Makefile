@@ -8,6 +8,7 @@ help:
 	@echo "make example   build and run the cafe example (gateway on :8080, admin on 127.0.0.1:9901)"
 	@echo "make test      formatting, clippy, and every test (unit, translate fixtures, end-to-end, local kube-apiserver)"
 	@echo "make build     release build of the gatehouse binary"
+	@echo "make image     container images (buildah, no Docker): target/image, target/images"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root)"
 
 build:
@@ -19,6 +20,16 @@ example: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Container images without a Docker daemon (buildah): gatehouse and gatehouse-echo as OCI
+# archives in target/image and in the local image store target/images; see image/build.
+.PHONY: image image-check
+image:
+	image/build $(IMAGE_ARGS)
+
+# The built image against image/spec and the Dockerfile (same files, user, entrypoint, labels).
+image-check:
+	image/check
 
 # Lint and every test; starts a local kube-apiserver for the controller tests (scripts/test).
 test:

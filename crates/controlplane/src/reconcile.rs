@@ -41,13 +41,21 @@ pub trait Publisher: Send + Sync + 'static {
     fn changed(&self) -> BoxFuture<'_, ()>;
 }
 
-/// Where status goes besides the admin endpoint (the Kubernetes API, written by the leader).
+/// Where status goes besides the admin endpoint (the Kubernetes API, written by the leader),
+/// with whatever else the cluster keeps in step with the configuration (the data plane's
+/// Service).
 pub trait StatusSink: Send + 'static {
     /// Resolves when status should be written again although nothing changed (this replica
     /// just became the leader). Cancel-safe.
     fn changed(&mut self) -> BoxFuture<'_, ()>;
-    /// Writes `status` if this replica writes at all; `None` if it did not try.
-    fn write<'a>(&'a mut self, input: &'a Input, status: Status) -> BoxFuture<'a, Option<Written>>;
+    /// Writes `status` (and brings what depends on `config` up to date) if this replica
+    /// writes at all; `None` if it did not try.
+    fn write<'a>(
+        &'a mut self,
+        input: &'a Input,
+        status: Status,
+        config: &'a ir::Config,
+    ) -> BoxFuture<'a, Option<Written>>;
     /// Stops for good (a leader releases its Lease so another takes over at once).
     fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -156,8 +164,9 @@ impl<S: Source> Reconciler<S> {
         self.source = Some(source);
         self.adjust = adjust;
         let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
+        let config = self.state.published.load_full().config.clone();
         if let Some(sink) = self.status.as_mut()
-            && let Some(w) = sink.write(&snapshot.input, status).await
+            && let Some(w) = sink.write(&snapshot.input, status, &config).await
         {
             let m = &self.state.metrics.status_writes;
             m.get_or_create(&ResultLabel { result: "patched" })

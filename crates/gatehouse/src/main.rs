@@ -87,6 +87,15 @@ struct ControllerArgs {
     /// (or cluster IP) in status.addresses instead of the address they bind.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     publish_service: Option<String>,
+    /// Keep the --publish-service Service: FILE is a Service manifest without ports (type,
+    /// selector, labels, annotations, traffic policy); the controller adds a TCP port per
+    /// Gateway listener port and applies it whenever the ports change.
+    #[arg(long, value_name = "FILE", requires = "publish_service")]
+    publish_service_template: Option<PathBuf>,
+    /// The Deployment (in the Service's namespace) that owns the kept Service, so that
+    /// deleting it (uninstalling) deletes the Service.
+    #[arg(long, value_name = "NAME", requires = "publish_service_template")]
+    publish_service_owner: Option<String>,
     /// Disable leader election: this replica writes status unconditionally.
     #[arg(long)]
     no_leader_election: bool,
@@ -243,6 +252,21 @@ async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()>
             None => None,
             Some(Some((ns, name))) => Some(gatehouse_translate::ObjectKey::new(ns, name)),
             Some(None) => anyhow::bail!("--publish-service takes namespace/name"),
+        },
+        publish_service_template: match &a.publish_service_template {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("--publish-service-template {}: {e}", path.display())
+                })?;
+                let template = serde_yaml::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!("--publish-service-template {}: {e}", path.display())
+                })?;
+                Some(controller::PublishServiceTemplate {
+                    template,
+                    owner_deployment: a.publish_service_owner.clone(),
+                })
+            }
         },
     };
     run::serve_until_signal(controller::start(opts, client).await?).await;

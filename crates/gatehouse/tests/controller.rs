@@ -79,6 +79,7 @@ impl Env {
             lease,
             controller_name: self.controller.clone(),
             publish_service: None,
+            publish_service_template: None,
         }
     }
 

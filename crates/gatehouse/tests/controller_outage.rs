@@ -69,6 +69,7 @@ async fn traffic_survives_an_api_server_outage() {
             lease: None,
             controller_name: controller.clone(),
             publish_service: None,
+            publish_service_template: None,
         },
         kube_client().await,
     )

@@ -56,6 +56,7 @@ impl Env {
             lease: None,
             controller_name: self.controller.clone(),
             publish_service: None,
+            publish_service_template: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod addresses;
 mod leader;
+pub mod service;
 mod sink;
 mod source;
 mod status;

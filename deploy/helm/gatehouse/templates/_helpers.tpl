@@ -67,37 +67,3 @@ app.kubernetes.io/part-of: gatehouse
 {{- printf "%s:%d" $host (int .Values.admin.port) }}
 {{- end }}
 {{- end }}
-
-{{/*
-The ports the pods bind for Gateway listeners: service.ports[].targetPort (default: port).
-Fails the render on a non-integer targetPort, since NET_BIND_SERVICE is computed from it.
-*/}}
-{{- define "gatehouse.listenerPorts" -}}
-{{- $ports := list }}
-{{- range .Values.service.ports }}
-{{- $target := .targetPort | default .port }}
-{{- if not (kindIs "float64" $target) }}
-{{- if not (regexMatch "^[0-9]+$" (toString $target)) }}
-{{- fail (printf "service.ports: targetPort of %q must be an integer (the Gateway listener port), not %q" (toString .name) (toString $target)) }}
-{{- end }}
-{{- end }}
-{{- $ports = append $ports (int $target) }}
-{{- end }}
-{{- toJson $ports }}
-{{- end }}
-
-{{/* "true" when the container gets NET_BIND_SERVICE (see netBindService in values.yaml). */}}
-{{- define "gatehouse.netBindService" -}}
-{{- $mode := toString .Values.netBindService }}
-{{- if eq $mode "true" }}
-{{- "true" }}
-{{- else if eq $mode "auto" }}
-{{- $low := lt (int .Values.admin.port) 1024 }}
-{{- range (include "gatehouse.listenerPorts" . | fromJsonArray) }}
-{{- if lt (int .) 1024 }}{{ $low = true }}{{ end }}
-{{- end }}
-{{- if $low }}{{ "true" }}{{ end }}
-{{- else if ne $mode "false" }}
-{{- fail (printf "netBindService must be auto, true or false, not %q" $mode) }}
-{{- end }}
-{{- end }}

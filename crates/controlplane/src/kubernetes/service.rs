@@ -1,0 +1,156 @@
+//! The data plane's Service, kept by the controller: its ports follow the listeners of the
+//! Gateways it serves, so nobody keeps a port list by hand (the Helm chart renders no
+//! Service; it gives the controller a template instead).
+//!
+//! The template is a Service manifest without ports (type, selector, labels, annotations,
+//! externalTrafficPolicy, load-balancer settings); the controller sets its name, namespace,
+//! owner and ports and applies it server-side as field manager `gatehouse`, only when the
+//! result differs from what it applied last. While no listener exists the Service is left as
+//! it is (created only once there is a port), so its load-balancer address survives a moment
+//! without Gateways.
+
+use gatehouse_ir as ir;
+use gatehouse_translate::ObjectKey;
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use std::collections::BTreeSet;
+
+/// What the controller needs to keep the data-plane Service.
+#[derive(Clone, Debug)]
+pub struct ServiceTemplate {
+    pub key: ObjectKey,
+    /// The manifest to complete (metadata.labels/annotations and spec, without ports).
+    pub template: Service,
+    /// Deleted with this owner (the controller's Deployment): uninstalling leaves nothing.
+    pub owner: Option<OwnerReference>,
+}
+
+/// The TCP ports of every listener in `config`, sorted.
+pub fn listener_ports(config: &ir::Config) -> BTreeSet<u16> {
+    config
+        .gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .map(|l| l.port)
+        .collect()
+}
+
+/// The Service to apply for `ports` (`None` without ports: nothing to apply).
+pub fn desired(template: &ServiceTemplate, ports: &BTreeSet<u16>) -> Option<Service> {
+    if ports.is_empty() {
+        return None;
+    }
+    let mut svc = template.template.clone();
+    svc.metadata.name = Some(template.key.name.clone());
+    svc.metadata.namespace = Some(template.key.namespace.clone());
+    svc.metadata.owner_references = template.owner.clone().map(|o| vec![o]);
+    svc.metadata.resource_version = None;
+    svc.metadata.uid = None;
+    svc.metadata.creation_timestamp = None;
+    svc.metadata.managed_fields = None;
+    svc.status = None;
+    let spec = svc.spec.get_or_insert_with(Default::default);
+    spec.ports = Some(
+        ports
+            .iter()
+            .map(|&port| ServicePort {
+                name: Some(format!("tcp-{port}")),
+                port: i32::from(port),
+                target_port: Some(IntOrString::Int(i32::from(port))),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    Some(svc)
+}
+
+/// Applies the desired Service, remembering the last one applied so that an unchanged port
+/// set costs no request.
+pub struct ServiceKeeper {
+    client: Client,
+    template: ServiceTemplate,
+    last: Option<Service>,
+}
+
+impl ServiceKeeper {
+    pub fn new(client: Client, template: ServiceTemplate) -> Self {
+        ServiceKeeper {
+            client,
+            template,
+            last: None,
+        }
+    }
+
+    pub async fn sync(&mut self, config: &ir::Config) {
+        let Some(svc) = desired(&self.template, &listener_ports(config)) else {
+            return;
+        };
+        if self.last.as_ref() == Some(&svc) {
+            return;
+        }
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &self.template.key.namespace);
+        let params = PatchParams::apply("gatehouse").force();
+        let mut body = serde_json::to_value(&svc).unwrap_or_default();
+        body["apiVersion"] = "v1".into();
+        body["kind"] = "Service".into();
+        match api
+            .patch(&self.template.key.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(service = %self.template.key, ports = ?listener_ports(config), "data-plane Service applied");
+                self.last = Some(svc);
+            }
+            Err(e) => {
+                tracing::warn!(service = %self.template.key, "cannot apply the data-plane Service: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> ServiceTemplate {
+        let template: Service = serde_yaml::from_str(
+            "metadata: {labels: {app: gh}, annotations: {lb: x}}\nspec: {type: LoadBalancer, selector: {app: gh}, externalTrafficPolicy: Local}\n",
+        )
+        .unwrap();
+        ServiceTemplate {
+            key: ObjectKey::new("gatehouse-system", "gatehouse"),
+            template,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn ports_follow_the_listeners_and_the_template_is_kept() {
+        let svc = desired(&template(), &BTreeSet::from([443, 80, 8080])).unwrap();
+        assert_eq!(svc.metadata.name.as_deref(), Some("gatehouse"));
+        assert_eq!(svc.metadata.namespace.as_deref(), Some("gatehouse-system"));
+        assert_eq!(svc.metadata.annotations.as_ref().unwrap()["lb"], "x");
+        let spec = svc.spec.unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+        assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+        let ports: Vec<(String, i32)> = spec
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.name.unwrap(), p.port))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("tcp-80".to_string(), 80),
+                ("tcp-443".to_string(), 443),
+                ("tcp-8080".to_string(), 8080)
+            ]
+        );
+        assert!(desired(&template(), &BTreeSet::new()).is_none());
+    }
+}
