@@ -7,6 +7,7 @@ use crate::conn::ConnContext;
 use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts, Rewrite};
 use crate::h1;
+use crate::limits::{IdleBody, Limits, Stall, StreamGuard, TimeoutKind};
 use crate::matchers::{LazyQuery, RequestView};
 use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
@@ -71,6 +72,73 @@ impl Body for ResponseBody {
     }
 }
 
+/// What a hyper connection sends as a response body: the [`ResponseBody`], the stream it
+/// keeps open (for the HTTP/2 idle timeout), and the backend read limit: a backend body that
+/// stalls for `backend_read_timeout` ends the stream with an error instead of holding it.
+pub(crate) struct ClientBody {
+    inner: ResponseBody,
+    _stream: StreamGuard,
+    /// Armed for bodies from a backend.
+    stall: Option<Stall>,
+    limit: std::time::Duration,
+}
+
+impl ClientBody {
+    pub(crate) fn new(inner: ResponseBody, stream: StreamGuard, limits: Limits) -> Self {
+        let stall = match inner {
+            ResponseBody::Static(_) => None,
+            _ => Some(Stall::new(limits.backend_read)),
+        };
+        ClientBody {
+            inner,
+            _stream: stream,
+            stall,
+            limit: limits.backend_read,
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                if let Some(stall) = this.stall.as_mut() {
+                    stall.touch(this.limit);
+                }
+                Poll::Ready(frame)
+            }
+            Poll::Pending => match this.stall.as_mut().map(|s| s.poll_expired(cx)) {
+                Some(Poll::Ready(())) => {
+                    debug!("backend response body stalled; aborting");
+                    Poll::Ready(Some(Err(TimeoutKind::BackendRead.error().into())))
+                }
+                _ => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl std::fmt::Debug for ClientBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
 /// A generated response: short text body, `content-type: text/plain`.
 pub(crate) fn generated(status: StatusCode, text: &'static str) -> Response<ResponseBody> {
     let mut resp = Response::new(ResponseBody::Static(Some(Bytes::from_static(
@@ -92,14 +160,43 @@ fn request_host<'b, B>(req: &Request<B>, buf: &'b mut [u8; MAX_HOST_LEN]) -> Opt
     router::normalize_host(raw, buf)
 }
 
+/// Normalises the request's path in place (see `crate::path`); the reason when it cannot be.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), &'static str> {
+    let path = req.uri().path();
+    // `*` (OPTIONS) and authority-form targets have no path to normalise.
+    if !path.starts_with('/') {
+        return Ok(());
+    }
+    let Some(normal) = crate::path::normalize(path).map_err(|e| e.reason())? else {
+        return Ok(());
+    };
+    let mut parts = req.uri().clone().into_parts();
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    parts.path_and_query =
+        Some(PathAndQuery::try_from(path_and_query).map_err(|_| "invalid path")?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| "invalid path")?;
+    Ok(())
+}
+
 pub(crate) async fn handle(
     conn: Arc<ConnContext>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<ResponseBody> {
     let start = Instant::now();
     // One load per request: the request finishes on the table it started with, even if an
     // apply swaps in a new one meanwhile.
     let table: Arc<SocketTable> = conn.socket.table.load_full();
+    if let Err(why) = normalize_path(&mut req) {
+        let response = generated(StatusCode::BAD_REQUEST, "invalid request path\n");
+        debug!(why, "request refused");
+        table
+            .unmatched
+            .record(&conn.socket.shared.metrics, 400, start.elapsed());
+        return response;
+    }
     let mut buf = [0u8; MAX_HOST_LEN];
     let host = request_host(&req, &mut buf).unwrap_or("");
     let routed = {
@@ -226,7 +323,10 @@ async fn forward(
         };
     }
 
-    let sent = conn.socket.shared.upstreams.send(endpoint, req);
+    let shared = &conn.socket.shared;
+    let req =
+        req.map(|body| IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()));
+    let sent = shared.upstreams.send(endpoint, req);
     let result = match rule.timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
             Ok(result) => result,
@@ -284,12 +384,12 @@ fn strip_and_maybe_upgrade(
     upstream::restore_upgrade(resp.headers_mut(), protocol);
     let upstream = hyper::upgrade::on(&mut *resp);
     let shared = conn.socket.shared.clone();
-    let kill = shared.kill.clone();
+    let tasks = shared.tasks.clone();
     let conn = conn.clone();
-    shared.tasks.spawn(async move {
+    tasks.spawn(async move {
         tokio::select! {
-            () = upstream::splice(downstream, upstream) => {}
-            () = kill.cancelled() => {}
+            () = upstream::splice(downstream, upstream, shared.limits.tunnel_idle, &shared.metrics) => {}
+            () = shared.kill.cancelled() => {}
         }
         drop(conn);
     });

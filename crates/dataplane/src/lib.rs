@@ -24,9 +24,11 @@ mod forwarding;
 mod h1;
 mod headers;
 mod hyper_path;
+mod limits;
 mod listeners;
 mod matchers;
 mod metrics;
+pub mod path;
 mod router;
 mod stream;
 mod table;
@@ -66,6 +68,26 @@ pub struct Options {
     pub max_header_bytes: usize,
     /// A TLS client must finish its handshake (ClientHello included) within this time.
     pub tls_handshake_timeout: Duration,
+    /// An HTTP/2 connection with no open stream for this long gets a GOAWAY and closes.
+    pub http2_idle_timeout: Duration,
+    /// HTTP/2: a PING to the client after this much silence (`None`: never); no answer within
+    /// `http2_keepalive_timeout` closes the connection.
+    pub http2_keepalive_interval: Option<Duration>,
+    pub http2_keepalive_timeout: Duration,
+    /// A request body with no byte from the client for this long aborts the exchange.
+    pub request_body_timeout: Duration,
+    /// A response body with no byte from the backend for this long (after its head) aborts the
+    /// exchange and closes the client connection.
+    pub backend_read_timeout: Duration,
+    /// A write to a client that stays blocked this long (the client does not read) closes
+    /// the connection.
+    pub client_write_timeout: Duration,
+    /// An upgraded connection (WebSocket) with no byte in either direction for this long is
+    /// closed.
+    pub tunnel_idle_timeout: Duration,
+    /// Open client connections per worker beyond which new ones are closed at once (the
+    /// established ones keep being served).
+    pub max_connections_per_worker: usize,
     /// Worker threads serving connections: pooled upstream connections are kept per worker.
     pub workers: usize,
     /// Serve connections on `workers` dedicated threads, each running its own single-threaded
@@ -82,6 +104,14 @@ impl Default for Options {
             header_read_timeout: Duration::from_secs(30),
             max_header_bytes: 64 * 1024,
             tls_handshake_timeout: Duration::from_secs(10),
+            http2_idle_timeout: Duration::from_secs(120),
+            http2_keepalive_interval: Some(Duration::from_secs(30)),
+            http2_keepalive_timeout: Duration::from_secs(10),
+            request_body_timeout: Duration::from_secs(60),
+            backend_read_timeout: Duration::from_secs(60),
+            client_write_timeout: Duration::from_secs(60),
+            tunnel_idle_timeout: Duration::from_secs(3600),
+            max_connections_per_worker: 20_000,
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             dedicated_workers: false,
         }
@@ -187,6 +217,9 @@ pub(crate) struct Shared {
     pub connect_timeout: Duration,
     pub tls_handshake_timeout: Duration,
     pub h1: h1::Settings,
+    /// Limits after a request's head (timeouts of bodies, writes, tunnels, HTTP/2 idle).
+    pub limits: limits::Limits,
+    pub max_connections_per_worker: usize,
     /// The runtimes connections are served on; `None`: the caller's.
     pub workers: Option<workers::Workers>,
 }
@@ -279,6 +312,8 @@ fn server_builder(options: &Options) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
+        .keep_alive_interval(options.http2_keepalive_interval)
+        .keep_alive_timeout(options.http2_keepalive_timeout)
         .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX));
     builder
 }
@@ -301,6 +336,14 @@ impl DataPlane {
                 header_read_timeout: options.header_read_timeout,
                 max_head: options.max_header_bytes.max(8 * 1024),
             },
+            limits: limits::Limits {
+                request_body: options.request_body_timeout,
+                backend_read: options.backend_read_timeout,
+                client_write: options.client_write_timeout,
+                tunnel_idle: options.tunnel_idle_timeout,
+                http2_idle: options.http2_idle_timeout,
+            },
+            max_connections_per_worker: options.max_connections_per_worker.max(1),
             workers: if options.dedicated_workers {
                 workers::Workers::start(options.workers)
                     .inspect_err(|error| {

@@ -9,7 +9,8 @@
 //! the table, so a swap changes what new handshakes see and nothing else.
 
 use crate::conn::ConnContext;
-use crate::hyper_path;
+use crate::hyper_path::{self, ClientBody};
+use crate::limits::{Activity, Stall, TimeoutKind, WriteLimited};
 use crate::table::{ListenerMode, SocketTable};
 use crate::tls::{self, FailureReason, HelloError};
 use crate::{Metrics, Shared, h1, stream};
@@ -23,7 +24,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::ReadBuf;
@@ -177,6 +178,11 @@ async fn accept_loop(
             return;
         }
     };
+    // Connections this loop accepted that are still open: beyond the limit, new ones are
+    // closed at once (shed) so that the established ones keep their worker's time and
+    // descriptors.
+    let open = Arc::new(AtomicUsize::new(0));
+    let max = socket.shared.max_connections_per_worker;
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -184,10 +190,19 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                socket
-                    .shared
-                    .tasks
-                    .spawn(connection(stream, peer, socket.clone(), stop.clone()));
+                if open.load(Ordering::Relaxed) >= max {
+                    socket.shared.metrics.connections_shed.inc();
+                    debug!(%peer, max, "connection shed: the worker is at its limit");
+                    drop(stream);
+                    continue;
+                }
+                open.fetch_add(1, Ordering::Relaxed);
+                let slot = OpenSlot(open.clone());
+                let (socket, stop) = (socket.clone(), stop.clone());
+                socket.shared.tasks.clone().spawn(async move {
+                    let _slot = slot;
+                    connection(stream, peer, socket, stop).await;
+                });
             }
             // A client that gave up before we accepted: nothing to do.
             Err(error)
@@ -206,6 +221,15 @@ async fn accept_loop(
         }
     }
     debug!(address = ?listener.local_addr().ok(), "listener closed");
+}
+
+/// One open connection of an accept loop, released when the connection task ends.
+struct OpenSlot(Arc<AtomicUsize>);
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Counts a client connection as active for as long as it lives (an upgraded tunnel included).
@@ -414,17 +438,46 @@ async fn serve_hyper<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = shared.limits;
+    let activity = Activity::new();
     // Boxed: hyper runs every HTTP/2 stream as a task of its own, and a task's future is moved
     // into the task and written back when it finishes. The request path's future is several
     // kilobytes; inline, those copies were a sixth of the CPU of an HTTP/2 benchmark.
-    let service = hyper::service::service_fn(move |req| {
-        let conn = conn.clone();
-        Box::pin(async move { Ok::<_, Infallible>(hyper_path::handle(conn, req).await) })
-    });
+    let service = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |req| {
+            let conn = conn.clone();
+            // The stream counts as open until its response body is done with.
+            let stream = activity.start();
+            Box::pin(async move {
+                let resp = hyper_path::handle(conn, req).await;
+                Ok::<_, Infallible>(resp.map(|body| ClientBody::new(body, stream, limits)))
+            })
+        })
+    };
+    let io = WriteLimited::new(io, limits.client_write, shared.metrics.clone());
     let connection = shared
         .server
         .serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
+    // HTTP/2 has no idle timeout of its own (PINGs only prove the peer alive): a connection
+    // with no open stream for http2_idle_timeout is told to go (HTTP/1 idles are bounded by
+    // hyper's header read timeout).
+    let mut idle = Stall::new(limits.http2_idle);
+    let idle_expired = std::future::poll_fn(|cx| {
+        loop {
+            if !h2 {
+                return std::task::Poll::Pending;
+            }
+            std::task::ready!(idle.poll_expired(cx));
+            match activity.idle_for() {
+                Some(t) if t >= limits.http2_idle => return std::task::Poll::Ready(()),
+                Some(t) => idle.touch(limits.http2_idle - t),
+                None => idle.touch(limits.http2_idle),
+            }
+        }
+    });
+    tokio::pin!(idle_expired);
     tokio::select! {
         result = connection.as_mut() => {
             if let Err(error) = result {
@@ -438,6 +491,10 @@ async fn serve_hyper<I>(
         // `Connection: close` instead (hyper_path), so no idle connection is cut under a
         // client that is about to reuse it.
         () = shared.goaway.cancelled(), if h2 => {}
+        () = &mut idle_expired => {
+            shared.metrics.timeout(TimeoutKind::Http2Idle);
+            debug!(%peer, "HTTP/2 connection idle; GOAWAY");
+        }
         () = shared.kill.cancelled() => return,
     }
     // HTTP/1: finish the request in flight, then close (idle connections close now).

@@ -70,6 +70,13 @@ pub struct Metrics {
     pub(crate) certificate_expiry: Family<CertificateLabels, Gauge>,
     pub(crate) config_diagnostics: Gauge,
     pub(crate) bind_failures: Family<AddressLabels, Counter>,
+    pub(crate) timeouts: Family<KindLabels, Counter>,
+    pub(crate) connections_shed: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabels {
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -90,13 +97,30 @@ impl Metrics {
             certificate_expiry: Family::default(),
             config_diagnostics: Gauge::default(),
             bind_failures: Family::default(),
+            timeouts: Family::default(),
+            connections_shed: Counter::default(),
         };
+        for kind in crate::limits::TimeoutKind::ALL {
+            metrics.timeouts.get_or_create_owned(&KindLabels {
+                kind: kind.as_str(),
+            });
+        }
         // Every reason exists from the start, so that rates and alerts see zeros.
         for reason in FailureReason::ALL {
             metrics.tls_failures.get_or_create_owned(&ReasonLabels {
                 reason: reason.as_str(),
             });
         }
+        registry.register(
+            "gatehouse_timeouts",
+            "Connections and exchanges cut short by a limit, by kind (header_read, http2_idle, request_body, backend_read, client_write, tunnel_idle)",
+            metrics.timeouts.clone(),
+        );
+        registry.register(
+            "gatehouse_connections_shed",
+            "New connections closed at once because the worker already had --max-connections-per-worker open",
+            metrics.connections_shed.clone(),
+        );
         registry.register(
             "gatehouse_listener_bind_failures",
             "Failed attempts to bind a listener address (the data plane retries with backoff)",
@@ -149,6 +173,14 @@ impl Metrics {
             metrics.certificate_expiry.clone(),
         );
         metrics
+    }
+
+    pub(crate) fn timeout(&self, kind: crate::limits::TimeoutKind) {
+        self.timeouts
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .inc();
     }
 
     pub(crate) fn bind_failure(&self, address: std::net::SocketAddr) {

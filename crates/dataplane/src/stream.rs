@@ -104,7 +104,7 @@ where
         return Ok(());
     }
     tokio::select! {
-        result = tokio::io::copy_bidirectional(client, &mut upstream) => {
+        result = crate::limits::copy_bidirectional_idle(client, &mut upstream, shared.limits.tunnel_idle, &shared.metrics) => {
             if let Err(error) = result {
                 debug!(route, cluster = &*cluster.name, %error, "TLSRoute connection ended with an error");
             }

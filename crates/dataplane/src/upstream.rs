@@ -14,6 +14,7 @@
 
 use crate::Options;
 use crate::h1;
+use crate::limits::IdleBody;
 use crate::table::Endpoint;
 use crate::tls::{ClientKey, Reuse};
 use arc_swap::ArcSwapOption;
@@ -46,7 +47,7 @@ pub(crate) enum UpstreamError {
 }
 
 pub(crate) struct Upstreams {
-    http1: Client<HttpConnector, Incoming>,
+    http1: Client<HttpConnector, IdleBody>,
     /// Used at compile time only, so that applies keep reusing live h2 connections. Keyed by
     /// address and the address of the endpoint's `TlsUpstream` (0 for cleartext); the endpoint
     /// holds that `TlsUpstream`, so the pointer cannot be reused while the entry is live.
@@ -178,7 +179,7 @@ impl Upstreams {
     pub(crate) async fn send(
         &self,
         endpoint: &Endpoint,
-        req: Request<Incoming>,
+        req: Request<IdleBody>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let result = match (&endpoint.h2, &endpoint.tls) {
             (Some(h2), _) => return h2.send(req).await,
@@ -201,7 +202,7 @@ impl Upstreams {
 pub(crate) struct TlsUpstream {
     connector: tokio_rustls::TlsConnector,
     server_name: ServerName<'static>,
-    http1: Client<HttpsConnector<HttpConnector>, Incoming>,
+    http1: Client<HttpsConnector<HttpConnector>, IdleBody>,
 }
 
 impl std::fmt::Debug for TlsUpstream {
@@ -261,7 +262,7 @@ pub(crate) struct H2Endpoint {
     tls: Option<Arc<TlsUpstream>>,
     connect_timeout: Duration,
     /// Read lock-free by every request; replaced when the connection dies.
-    sender: ArcSwapOption<http2::SendRequest<Incoming>>,
+    sender: ArcSwapOption<http2::SendRequest<IdleBody>>,
     /// Only taken to (re)connect, so that a burst does not open one connection per request.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -275,7 +276,7 @@ impl std::fmt::Debug for H2Endpoint {
 }
 
 impl H2Endpoint {
-    fn live_sender(&self) -> Option<http2::SendRequest<Incoming>> {
+    fn live_sender(&self) -> Option<http2::SendRequest<IdleBody>> {
         self.sender
             .load()
             .as_ref()
@@ -283,7 +284,7 @@ impl H2Endpoint {
             .map(|s| http2::SendRequest::clone(s))
     }
 
-    async fn sender(&self) -> Result<http2::SendRequest<Incoming>, UpstreamError> {
+    async fn sender(&self) -> Result<http2::SendRequest<IdleBody>, UpstreamError> {
         if let Some(s) = self.live_sender() {
             return Ok(s);
         }
@@ -311,7 +312,7 @@ impl H2Endpoint {
         Ok(sender)
     }
 
-    async fn send(&self, req: Request<Incoming>) -> Result<Response<Incoming>, UpstreamError> {
+    async fn send(&self, req: Request<IdleBody>) -> Result<Response<Incoming>, UpstreamError> {
         let mut sender = self.sender().await?;
         match sender.try_send_request(req).await {
             Ok(resp) => Ok(resp),
@@ -333,7 +334,7 @@ impl H2Endpoint {
 async fn h2_handshake<I>(
     addr: SocketAddr,
     io: I,
-) -> Result<http2::SendRequest<Incoming>, UpstreamError>
+) -> Result<http2::SendRequest<IdleBody>, UpstreamError>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -423,7 +424,12 @@ pub(crate) fn restore_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
 
 /// Splices an upgraded client connection to its upgraded backend connection until either
 /// side closes.
-pub(crate) async fn splice(downstream: OnUpgrade, upstream: OnUpgrade) {
+pub(crate) async fn splice(
+    downstream: OnUpgrade,
+    upstream: OnUpgrade,
+    idle: std::time::Duration,
+    metrics: &crate::Metrics,
+) {
     let (downstream, upstream) = match tokio::try_join!(downstream, upstream) {
         Ok(pair) => pair,
         Err(error) => {
@@ -433,7 +439,9 @@ pub(crate) async fn splice(downstream: OnUpgrade, upstream: OnUpgrade) {
     };
     let mut downstream = TokioIo::new(downstream);
     let mut upstream = TokioIo::new(upstream);
-    if let Err(error) = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await {
+    if let Err(error) =
+        crate::limits::copy_bidirectional_idle(&mut downstream, &mut upstream, idle, metrics).await
+    {
         debug!(%error, "upgraded connection ended with an error");
     }
 }

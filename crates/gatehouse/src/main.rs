@@ -144,9 +144,38 @@ struct ServeArgs {
     /// Idle keep-alive connections to backends are closed after this.
     #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
     backend_idle_timeout: Duration,
-    /// A client must send its request headers within this.
+    /// A client must send its request headers within this (HTTP/1; also how long an idle
+    /// kept-alive HTTP/1 connection stays open).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     header_read_timeout: Duration,
+    /// An HTTP/2 connection with no open stream for this long gets a GOAWAY and closes.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    http2_idle_timeout: Duration,
+    /// HTTP/2: a PING after this much silence; a peer that does not answer within 10 s is
+    /// closed ("0s": no PINGs).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    http2_keepalive_interval: Duration,
+    /// A request body with no byte from the client for this long is cut off (408).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    request_body_timeout: Duration,
+    /// A response body with no byte from the backend for this long (after its head) is cut
+    /// off and the client connection closed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    backend_read_timeout: Duration,
+    /// A client that does not read what it is sent for this long is disconnected.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    client_write_timeout: Duration,
+    /// An upgraded connection (WebSocket) or TLS stream with no byte either way for this
+    /// long is closed.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    tunnel_idle_timeout: Duration,
+    /// Largest request head (request line and fields); bigger ones get 431.
+    #[arg(long, default_value = "65536")]
+    max_request_head_bytes: usize,
+    /// Open client connections per worker thread and listening address beyond which new
+    /// connections are closed at once, so that established ones keep being served.
+    #[arg(long, default_value = "20000")]
+    max_connections_per_worker: usize,
 }
 
 fn main() -> ExitCode {
@@ -279,6 +308,15 @@ fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Opti
         pool_idle_timeout: a.backend_idle_timeout,
         default_request_timeout: (!a.request_timeout.is_zero()).then_some(a.request_timeout),
         header_read_timeout: a.header_read_timeout,
+        http2_idle_timeout: a.http2_idle_timeout,
+        http2_keepalive_interval: (!a.http2_keepalive_interval.is_zero())
+            .then_some(a.http2_keepalive_interval),
+        request_body_timeout: a.request_body_timeout,
+        backend_read_timeout: a.backend_read_timeout,
+        client_write_timeout: a.client_write_timeout,
+        tunnel_idle_timeout: a.tunnel_idle_timeout,
+        max_header_bytes: a.max_request_head_bytes,
+        max_connections_per_worker: a.max_connections_per_worker,
         workers,
         dedicated_workers: true,
         ..Default::default()

@@ -267,6 +267,12 @@ pub(crate) struct Pipe {
     written: usize,
     /// Body bytes decoded so far.
     pub moved: u64,
+    /// Bytes read from the source or written to the sink: any change is progress, for the
+    /// stall timeouts.
+    pub progress: u64,
+    /// The last `poll_run` that returned `Pending` waited for the sink (it does not take the
+    /// bytes) rather than for the source.
+    pub blocked_on_sink: bool,
 }
 
 impl Pipe {
@@ -279,6 +285,8 @@ impl Pipe {
             out,
             written: 0,
             moved: 0,
+            progress: 0,
+            blocked_on_sink: false,
         }
     }
 
@@ -338,6 +346,7 @@ impl Pipe {
             if !self.ended && self.out.len() < OUT_TARGET {
                 self.decode(buf).map_err(PipeError::Source)?;
             }
+            self.blocked_on_sink = true;
             while self.written < self.out.len() {
                 let n = ready!(Pin::new(&mut *sink).poll_write(cx, &self.out[self.written..]))
                     .map_err(PipeError::Sink)?;
@@ -345,6 +354,7 @@ impl Pipe {
                     return Poll::Ready(Err(PipeError::Sink(io::ErrorKind::WriteZero.into())));
                 }
                 self.written += n;
+                self.progress += n as u64;
             }
             if self.ended {
                 // `out` stays as written (see `into_sent`).
@@ -357,7 +367,9 @@ impl Pipe {
             if !buf.is_empty() {
                 continue;
             }
+            self.blocked_on_sink = false;
             let n = ready!(buf.poll_fill(cx, source)).map_err(PipeError::Source)?;
+            self.progress += n as u64;
             if n == 0 {
                 if self.decoder != Decoder::Eof {
                     return Poll::Ready(Err(PipeError::Source(

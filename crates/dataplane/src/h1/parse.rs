@@ -301,8 +301,25 @@ impl RequestHead {
         };
         // httparse admits 0x21-0x7e and 0x80-0xff; the router works on `&str`.
         let target = std::str::from_utf8(raw).map_err(|_| HeadError::Bad("target is not UTF-8"))?;
-        self.target.push_str(target);
-        self.path_end = self.target.find('?').unwrap_or(self.target.len());
+        let path_end = target.find('?').unwrap_or(target.len());
+        // Origin-form paths are normalised here, once, before anything matches on them (the
+        // other forms go to the hyper path, which does the same).
+        let normal = if self.unusual_target {
+            None
+        } else {
+            crate::path::normalize(&target[..path_end]).map_err(|e| HeadError::Bad(e.reason()))?
+        };
+        match normal {
+            Some(path) => {
+                self.target.push_str(&path);
+                self.path_end = path.len();
+                self.target.push_str(&target[path_end..]);
+            }
+            None => {
+                self.target.push_str(target);
+                self.path_end = path_end;
+            }
+        }
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ use crate::conn::ConnContext;
 use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts};
 use crate::headers::HeaderList;
+use crate::limits::{Stall, TimeoutKind, Watch};
 use crate::matchers::{LazyQuery, RequestView};
 use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{CompiledRoute, CompiledRule, SocketTable};
@@ -26,7 +27,7 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -76,6 +77,7 @@ where
         settings,
         head_deadline: Deadline::new(),
         response_deadline: Deadline::new(),
+        stall: None,
     };
     let drained = drain.cancelled_owned();
     let mut drained = pin!(drained);
@@ -140,6 +142,8 @@ struct Session<I> {
     head_deadline: Deadline,
     /// When the current response head must be in (the rule's timeout).
     response_deadline: Deadline,
+    /// Request and response bodies that stop moving (made on the first body).
+    stall: Option<Stall>,
 }
 
 /// What a forwarded request came to.
@@ -428,6 +432,10 @@ where
             if self.buf.capacity() < BODY_READ_BUFFER && body != Framing::None {
                 self.buf.grow_to(BODY_READ_BUFFER);
             }
+            let limits = self.conn.socket.shared.limits;
+            let stall = self
+                .stall
+                .get_or_insert_with(|| Stall::new(limits.request_body));
             let phase = send_and_read_head(
                 &mut self.io,
                 &mut self.buf,
@@ -435,6 +443,7 @@ where
                 &mut req_pipe,
                 self.head.http10,
                 &mut self.out,
+                Watch::new(stall, limits, 0),
             );
             let result = match rule.timeout {
                 Some(limit) => match self
@@ -453,6 +462,15 @@ where
             match result {
                 Ok(len) => break (len, req_pipe),
                 Err(SendError::Client) => return Exchanged::ClientGone,
+                Err(SendError::Stalled(kind)) => {
+                    self.conn.socket.shared.metrics.timeout(kind);
+                    debug!(kind = kind.as_str(), "request body stalled");
+                    return Exchanged::Failed {
+                        status: StatusCode::REQUEST_TIMEOUT,
+                        text: "request body not received in time\n",
+                        keep_client: false,
+                    };
+                }
                 Err(SendError::MalformedBody) => {
                     return Exchanged::Failed {
                         status: StatusCode::BAD_REQUEST,
@@ -534,9 +552,15 @@ where
         // may answer before it has read everything).
         let mut request_done = req_pipe.finished();
         let mut request_abandoned = false;
+        let limits = self.conn.socket.shared.limits;
+        let stall = self
+            .stall
+            .get_or_insert_with(|| Stall::new(limits.backend_read));
+        let mut watch = Watch::new(stall, limits, req_pipe.progress + resp_pipe.progress);
+        let client_buf = &mut self.buf;
         let streamed = poll_fn(|cx| {
             if !request_done && !request_abandoned {
-                match req_pipe.poll_run(cx, &mut self.io, &mut self.buf, &mut up.io) {
+                match req_pipe.poll_run(cx, &mut self.io, client_buf, &mut up.io) {
                     Poll::Ready(Ok(())) => request_done = true,
                     // The backend stopped reading the request: its response still counts.
                     Poll::Ready(Err(PipeError::Sink(_))) => request_abandoned = true,
@@ -555,7 +579,25 @@ where
                     }))
                 }
                 Poll::Ready(Err(PipeError::Sink(_))) => Poll::Ready(Err(SendError::Client)),
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => {
+                    if request_done
+                        && !resp_pipe.blocked_on_sink
+                        && client_gone(cx, &mut self.io, client_buf)
+                    {
+                        return Poll::Ready(Err(SendError::Client));
+                    }
+                    let waiting_for = if resp_pipe.blocked_on_sink {
+                        TimeoutKind::ClientWrite
+                    } else if !request_done && !request_abandoned && !req_pipe.blocked_on_sink {
+                        TimeoutKind::RequestBody
+                    } else {
+                        TimeoutKind::BackendRead
+                    };
+                    let progress = req_pipe.progress + resp_pipe.progress;
+                    watch
+                        .poll(cx, progress, waiting_for)
+                        .map(|kind| Err(SendError::Stalled(kind)))
+                }
             }
         })
         .await;
@@ -572,6 +614,18 @@ where
                 }
             }
             Err(SendError::Client | SendError::MalformedBody) => Exchanged::ClientGone,
+            Err(SendError::Stalled(kind)) => {
+                self.conn.socket.shared.metrics.timeout(kind);
+                debug!(
+                    cluster = &*cluster.name,
+                    kind = kind.as_str(),
+                    "exchange stalled after the response head; closing"
+                );
+                Exchanged::Responded {
+                    status,
+                    keep_client: false,
+                }
+            }
             Err(SendError::Upstream { .. }) => {
                 debug!(
                     cluster = &*cluster.name,
@@ -650,9 +704,25 @@ where
     }
 }
 
+/// While waiting for the backend with the request sent: whether the client has closed its
+/// connection (it is then gone, and the exchange is not kept until the backend answers).
+/// Bytes it sends meanwhile are a pipelined request, kept in `buf` for later.
+fn client_gone<I: AsyncRead + Unpin>(cx: &mut Context<'_>, io: &mut I, buf: &mut ReadBuf) -> bool {
+    while !buf.is_full() {
+        match buf.poll_fill(cx, io) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return true,
+            Poll::Ready(Ok(_)) => {}
+            Poll::Pending => return false,
+        }
+    }
+    false
+}
+
 enum SendError {
     /// Reading from or writing to the client failed.
     Client,
+    /// Nothing moved for the limit of the side being waited for.
+    Stalled(TimeoutKind),
     /// The client's chunked body broke its framing.
     MalformedBody,
     /// The backend failed; `before_response`: no byte of its response arrived.
@@ -669,6 +739,7 @@ async fn send_and_read_head<I>(
     req_pipe: &mut Pipe,
     client_http10: bool,
     interim: &mut Vec<u8>,
+    mut watch: Watch<'_>,
 ) -> Result<usize, SendError>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -745,7 +816,20 @@ where
                     }));
                 }
                 Poll::Ready(Ok(_)) => received = true,
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if req_pipe.finished() && client_gone(cx, client, client_buf) {
+                        return Poll::Ready(Err(SendError::Client));
+                    }
+                    // A client that stops sending its body mid-way: the response deadline
+                    // bounds the backend, this bounds the client (even with no deadline).
+                    if !req_pipe.finished() && !req_pipe.blocked_on_sink {
+                        let progress = req_pipe.progress;
+                        return watch
+                            .poll(cx, progress, TimeoutKind::RequestBody)
+                            .map(|kind| Err(SendError::Stalled(kind)));
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     })

@@ -2,6 +2,8 @@
 //! a data plane to apply them to.
 #![allow(dead_code)]
 
+pub mod raw;
+
 pub use gatehouse_testkit::free_port;
 pub use gatehouse_testkit::ir::*;
 
