@@ -23,6 +23,8 @@ pub(crate) enum FilterError {
     },
     #[error("redirect status {0} is not a redirection")]
     RedirectStatus(u16),
+    #[error("path {path:?} {why}")]
+    Path { path: String, why: String },
     #[error("rewrite hostname {hostname:?}: {source}")]
     RewriteHostname {
         hostname: String,
@@ -112,12 +114,28 @@ pub(crate) enum PathModifier {
     Prefix(Box<str>),
 }
 
-impl From<&ir::PathModifier> for PathModifier {
-    fn from(p: &ir::PathModifier) -> Self {
-        match p {
-            ir::PathModifier::ReplaceFullPath(p) => PathModifier::Full(p.as_str().into()),
-            ir::PathModifier::ReplacePrefixMatch(p) => PathModifier::Prefix(p.as_str().into()),
-        }
+impl TryFrom<&ir::PathModifier> for PathModifier {
+    type Error = FilterError;
+
+    fn try_from(p: &ir::PathModifier) -> Result<Self, FilterError> {
+        let check = |path: &str| {
+            ir::check_path_value(path).map_err(|why| FilterError::Path {
+                path: path.to_string(),
+                why,
+            })
+        };
+        Ok(match p {
+            ir::PathModifier::ReplaceFullPath(p) => {
+                check(p)?;
+                PathModifier::Full(p.as_str().into())
+            }
+            ir::PathModifier::ReplacePrefixMatch(p) => {
+                if !p.is_empty() {
+                    check(p)?;
+                }
+                PathModifier::Prefix(p.as_str().into())
+            }
+        })
     }
 }
 
@@ -178,7 +196,7 @@ impl TryFrom<&ir::Redirect> for RedirectSpec {
             scheme: r.scheme.to_ascii_lowercase().into(),
             hostname: r.hostname.as_deref().map(Into::into),
             port: r.port,
-            path: r.path.as_ref().map(Into::into),
+            path: r.path.as_ref().map(TryInto::try_into).transpose()?,
             status: StatusCode::from_u16(r.status)
                 .ok()
                 .filter(StatusCode::is_redirection)
@@ -263,7 +281,7 @@ impl TryFrom<&ir::UrlRewrite> for RewriteSpec {
                     })
                 })
                 .transpose()?,
-            path: r.path.as_ref().map(Into::into),
+            path: r.path.as_ref().map(TryInto::try_into).transpose()?,
         })
     }
 }

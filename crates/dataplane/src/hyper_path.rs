@@ -13,7 +13,9 @@ use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::upstream::{self, BoxError, UpstreamError};
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE, HOST, LOCATION, UPGRADE};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, TRANSFER_ENCODING, UPGRADE,
+};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
@@ -160,6 +162,51 @@ fn request_host<'b, B>(req: &Request<B>, buf: &'b mut [u8; MAX_HOST_LEN]) -> Opt
     router::normalize_host(raw, buf)
 }
 
+/// The request rules of the HTTP/1 path, applied to the HTTP/1 requests it hands to hyper
+/// (absolute-form targets, `OPTIONS *`, upgrades), so that no request is parsed more laxly
+/// than the first of its connection: one Host (and one at all in HTTP/1.1), no userinfo in
+/// it, `chunked` as the only transfer coding. HTTP/2 requests have their own rules, which
+/// hyper's h2 enforces; userinfo is refused there too.
+fn refuse_lax<B>(req: &Request<B>) -> Option<(StatusCode, &'static str)> {
+    let bad = |why| Some((StatusCode::BAD_REQUEST, why));
+    let userinfo = req
+        .uri()
+        .authority()
+        .is_some_and(|a| a.as_str().contains('@'))
+        || req
+            .headers()
+            .get_all(HOST)
+            .iter()
+            .any(|h| h.as_bytes().contains(&b'@'));
+    if userinfo {
+        return bad("userinfo in the request's authority\n");
+    }
+    if req.version() >= Version::HTTP_2 {
+        return None;
+    }
+    match req.headers().get_all(HOST).iter().count() {
+        0 if req.version() == Version::HTTP_11 => return bad("HTTP/1.1 request without Host\n"),
+        0 | 1 => {}
+        _ => return bad("more than one Host field\n"),
+    }
+    let codings = req.headers().get_all(TRANSFER_ENCODING);
+    if codings.iter().next().is_some() {
+        if req.headers().contains_key(CONTENT_LENGTH) {
+            return bad("both Content-Length and Transfer-Encoding\n");
+        }
+        let only_chunked = codings
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| !t.is_empty())
+            .all(|t| t.eq_ignore_ascii_case(b"chunked"));
+        if !only_chunked {
+            return Some((StatusCode::NOT_IMPLEMENTED, "unsupported transfer coding\n"));
+        }
+    }
+    None
+}
+
 /// Normalises the request's path in place (see `crate::path`); the reason when it cannot be.
 fn normalize_path<B>(req: &mut Request<B>) -> Result<(), &'static str> {
     let path = req.uri().path();
@@ -189,6 +236,21 @@ pub(crate) async fn handle(
     // One load per request: the request finishes on the table it started with, even if an
     // apply swaps in a new one meanwhile.
     let table: Arc<SocketTable> = conn.socket.table.load_full();
+    if let Some((status, why)) = refuse_lax(&req) {
+        let mut response = generated(status, why);
+        if req.version() < Version::HTTP_2 {
+            // The framing of what follows on this connection cannot be trusted.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        table.unmatched.record(
+            &conn.socket.shared.metrics,
+            status.as_u16(),
+            start.elapsed(),
+        );
+        return response;
+    }
     if let Err(why) = normalize_path(&mut req) {
         let response = generated(StatusCode::BAD_REQUEST, "invalid request path\n");
         debug!(why, "request refused");
@@ -260,6 +322,10 @@ async fn forward(
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = req.into_parts();
+    // Hop-by-hop fields belong to the client's connection: they go before the route's filters
+    // run, so that a client cannot name (and so delete) a field a filter adds.
+    let upgrade_requested = upstream::upgrade_protocol(parts.version, &parts.headers);
+    upstream::strip_hop_by_hop(&mut parts.headers);
     let decision = forwarding::decide(
         rule,
         &RequestParts {
@@ -287,7 +353,7 @@ async fn forward(
 
     // HTTP/2 has no Upgrade; towards h2c the request goes out as a plain request.
     let upgrade = match endpoint.h2 {
-        None => upstream::upgrade_protocol(&req),
+        None => upgrade_requested,
         Some(_) => None,
     };
     if let Err(text) = prepare_upstream(&mut req, conn, endpoint, rewrite, &upgrade) {

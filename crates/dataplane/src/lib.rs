@@ -206,6 +206,9 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     pub upstreams: upstream::Upstreams,
     pub server: auto::Builder<TokioExecutor>,
+    /// The same, HTTP/2 only: for connections that negotiated h2 by ALPN or sent the HTTP/2
+    /// preface, so that a broken preface is an HTTP/2 connection error, never read as HTTP/1.
+    pub server_h2: auto::Builder<TokioExecutor>,
     /// Accept loops, connections and upgraded tunnels, so that shutdown can wait for them.
     pub tasks: TaskTracker,
     /// Parent of every socket's stop token: cancelling it drains everything.
@@ -325,6 +328,7 @@ impl DataPlane {
             goaway: CancellationToken::new(),
             upstreams: upstream::Upstreams::new(&options),
             server: server_builder(&options),
+            server_h2: server_builder(&options).http2_only(),
             metrics,
             tasks: TaskTracker::new(),
             draining: CancellationToken::new(),

@@ -456,9 +456,12 @@ async fn serve_hyper<I>(
         })
     };
     let io = WriteLimited::new(io, limits.client_write, shared.metrics.clone());
-    let connection = shared
-        .server
-        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    let server = if h2 {
+        &shared.server_h2
+    } else {
+        &shared.server
+    };
+    let connection = server.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
     // HTTP/2 has no idle timeout of its own (PINGs only prove the peer alive): a connection
     // with no open stream for http2_idle_timeout is told to go (HTTP/1 idles are bounded by

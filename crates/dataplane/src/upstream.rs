@@ -370,11 +370,16 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 }
 
 /// The `Upgrade` value of an HTTP/1.1 upgrade request (`Connection: upgrade` + `Upgrade`).
-pub(crate) fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
-    if req.version() != Version::HTTP_11 || !has_token(req.headers(), CONNECTION, "upgrade") {
+pub(crate) fn upgrade_protocol(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
+    if version != Version::HTTP_11 || !has_token(headers, CONNECTION, "upgrade") {
         return None;
     }
-    req.headers().get(UPGRADE).cloned()
+    // `Upgrade: h2c` asks this hop to switch to HTTP/2 (RFC 7540 §3.2, removed in RFC 9113):
+    // never forwarded, the request goes on as an ordinary one.
+    if has_token(headers, UPGRADE, "h2c") {
+        return None;
+    }
+    headers.get(UPGRADE).cloned()
 }
 
 /// Removes hop-by-hop fields (RFC 9110 §7.6.1): `Connection` and every field it names,
@@ -491,19 +496,18 @@ mod tests {
 
     #[test]
     fn detects_upgrades() {
-        let req = |conn: &'static str, version| {
-            Request::builder()
-                .version(version)
-                .header("connection", conn)
-                .header("upgrade", "websocket")
-                .body(())
-                .unwrap()
+        let req = |conn: &'static str, protocol: &'static str| {
+            map(&[("connection", conn), ("upgrade", protocol)])
         };
         assert_eq!(
-            upgrade_protocol(&req("keep-alive, Upgrade", Version::HTTP_11)).unwrap(),
+            upgrade_protocol(Version::HTTP_11, &req("keep-alive, Upgrade", "websocket")).unwrap(),
             "websocket"
         );
-        assert!(upgrade_protocol(&req("keep-alive", Version::HTTP_11)).is_none());
-        assert!(upgrade_protocol(&req("upgrade", Version::HTTP_2)).is_none());
+        assert!(upgrade_protocol(Version::HTTP_11, &req("keep-alive", "websocket")).is_none());
+        assert!(upgrade_protocol(Version::HTTP_2, &req("upgrade", "websocket")).is_none());
+        assert!(
+            upgrade_protocol(Version::HTTP_11, &req("upgrade", "h2c")).is_none(),
+            "h2c is never forwarded"
+        );
     }
 }

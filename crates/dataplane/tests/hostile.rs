@@ -421,3 +421,212 @@ async fn connections_beyond_the_limit_are_shed() {
         );
     }
 }
+
+/// A gateway whose one rule carries `filters`, to `backend`.
+async fn gateway_with_filters(
+    backend: std::net::SocketAddr,
+    filters: Vec<gatehouse_ir::HttpFilter>,
+) -> (u16, std::sync::Arc<gatehouse_dataplane::DataPlane>) {
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], filters)],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", vec![backend])],
+    );
+    let (dp, _) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    (port, dp)
+}
+
+fn set_header(name: &str, value: &str) -> gatehouse_ir::HeaderModifier {
+    gatehouse_ir::HeaderModifier {
+        set: vec![gatehouse_ir::HeaderValue {
+            name: name.into(),
+            value: value.into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Finding 4 (medium): `Connection: x-route` no longer removes the header the route's filter
+/// adds (hop-by-hop fields go before the filters), on the HTTP/1 path, on hyper's (an
+/// absolute-form request is handed over), and for response headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_delete_headers_the_gateway_adds() {
+    let backend = raw_backend(|_, _| {
+        Some((
+            b"HTTP/1.1 200 OK\r\nconnection: x-resp\r\nx-resp: backend\r\ncontent-length: 2\r\n\r\nok"
+                .to_vec(),
+            false,
+        ))
+    })
+    .await;
+    let (port, _dp) = gateway_with_filters(
+        backend.addr,
+        vec![
+            gatehouse_ir::HttpFilter::RequestHeaders(set_header("x-route", "gateway")),
+            gatehouse_ir::HttpFilter::ResponseHeaders(set_header("x-resp", "gateway")),
+        ],
+    )
+    .await;
+    for target in ["/", "http://h/"] {
+        let answer = raw_exchange(
+            port,
+            format!(
+                "GET {target} HTTP/1.1\r\nhost: h\r\nconnection: x-route\r\nx-route: client\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .to_ascii_lowercase();
+        let seen = String::from_utf8_lossy(backend.requests.lock().unwrap().last().unwrap())
+            .to_ascii_lowercase();
+        assert!(
+            seen.contains("x-route: gateway\r\n"),
+            "{target}: the backend gets the filter's header: {seen}"
+        );
+        assert!(!seen.contains("x-route: client"), "{target}: {seen}");
+        assert!(
+            answer.contains("x-resp: gateway\r\n"),
+            "{target}: the client gets the response filter's header: {answer}"
+        );
+    }
+}
+
+/// Finding 5 (medium): a rewrite path with CR/LF or a space, in an IR that did not come
+/// through translate (which refuses it), is contained: the rule answers 500 and nothing
+/// reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_paths_cannot_inject_into_the_request_line() {
+    let backend = raw_backend(|_, _| ok("x")).await;
+    for bad in ["/x HTTP/1.1\r\nx-injected: 1\r\n\r\nGET /admin", "/a b"] {
+        let (port, dp) = gateway_with_filters(
+            backend.addr,
+            vec![gatehouse_ir::HttpFilter::UrlRewrite(
+                gatehouse_ir::UrlRewrite {
+                    hostname: None,
+                    path: Some(gatehouse_ir::PathModifier::ReplaceFullPath(bad.into())),
+                },
+            )],
+        )
+        .await;
+        let answer = raw_exchange(
+            port,
+            b"GET / HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 500"), "{bad:?}: {answer}");
+        dp.shutdown(Duration::from_millis(100)).await;
+    }
+    assert!(
+        backend.requests.lock().unwrap().is_empty(),
+        "nothing reached the backend"
+    );
+}
+
+/// Finding 6 (low-medium): requests the HTTP/1 path hands to hyper (absolute-form here) are
+/// held to the same rules, and so is every later request of that connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_connection_keeps_the_strict_rules() {
+    let backend = raw_backend(|_, _| ok("x")).await;
+    let (port, _dp) = proxy_to(backend.addr).await;
+    let cases: [(&str, &str); 4] = [
+        ("host: a\r\nhost: b\r\n", "400"),
+        ("", "400"),
+        ("host: h\r\ntransfer-encoding: gzip, chunked\r\n", "501"),
+        ("host: user@h\r\n", "400"),
+    ];
+    for (fields, status) in cases {
+        for first in [
+            "GET http://h/ HTTP/1.1\r\nhost: h\r\n\r\n",
+            "OPTIONS * HTTP/1.1\r\nhost: h\r\n\r\n",
+        ] {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            c.write_all(first.as_bytes()).await.unwrap();
+            let mut pending = Vec::new();
+            let _ = read_response(&mut c, &mut pending, false).await;
+            c.write_all(format!("GET http://h/ HTTP/1.1\r\n{fields}\r\n").as_bytes())
+                .await
+                .unwrap();
+            let answer = read_response(&mut c, &mut pending, false).await;
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {status}")),
+                "after {first:?}, {fields:?}: {answer}"
+            );
+        }
+    }
+}
+
+/// Finding 7 (low): a bare LF after the last chunk does not swallow the next pipelined
+/// request; userinfo in Host is refused; `Upgrade: h2c` is not forwarded and opens no tunnel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn low_findings() {
+    let backend = raw_backend(|_, _| ok("x")).await;
+    let (port, _dp) = proxy_to(backend.addr).await;
+    let answer = raw_exchange(
+        port,
+        b"POST / HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\nGET /smuggled HTTP/1.1\r\nhost: h\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        backend
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| !path_of(r).contains("smuggled")),
+        "the pipelined request was not smuggled in as a trailer"
+    );
+    let answer = raw_exchange(port, b"GET / HTTP/1.1\r\nhost: user@h\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let (status, _) = h2_get(port, "/").await;
+    assert_eq!(status, 200);
+    let before = backend.requests.lock().unwrap().len();
+    let answer = raw_exchange(
+        port,
+        b"GET / HTTP/1.1\r\nhost: h\r\nconnection: upgrade, close\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n",
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "an ordinary response: {answer}"
+    );
+    let seen =
+        String::from_utf8_lossy(&backend.requests.lock().unwrap()[before]).to_ascii_lowercase();
+    assert!(!seen.contains("upgrade"), "no upgrade forwarded: {seen}");
+}
+
+/// An upgraded tunnel with nothing moving is closed after the tunnel idle limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tunnels_are_closed() {
+    let (backend, mut backend_closed) = scripted_backend(|mut s: TcpStream| async move {
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n").await.unwrap();
+        s
+    })
+    .await;
+    let (port, _dp, registry) = gateway_to(backend, short_limits()).await;
+    let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    c.write_all(
+        b"GET /ws HTTP/1.1\r\nhost: h\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), c.read_to_end(&mut got))
+        .await
+        .expect("the idle tunnel was closed")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 101"));
+    tokio::time::timeout(Duration::from_secs(3), backend_closed.recv())
+        .await
+        .expect("both sides");
+    assert_eq!(
+        metric(&registry, r#"gatehouse_timeouts_total{kind="tunnel_idle"}"#),
+        1.0
+    );
+}

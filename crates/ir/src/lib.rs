@@ -16,6 +16,33 @@ pub fn anchored_regex(re: &str) -> String {
     format!("^(?:{re})$")
 }
 
+/// Checks a path a filter writes into a request line or a Location (ReplaceFullPath, the
+/// replacement of ReplacePrefixMatch, a redirect's path): an absolute path of RFC 3986 path
+/// characters (`pchar` and `/`) with well-formed escapes. `Err` names the first byte that
+/// may not be there: a space, CR/LF, `?`, `#`, a control or non-ASCII byte would break the
+/// request line or inject a header. Translate refuses such values; the data plane checks again.
+pub fn check_path_value(value: &str) -> Result<(), String> {
+    if !value.starts_with('/') {
+        return Err("must start with /".into());
+    }
+    let bytes = value.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let escape = b == b'%'
+            && bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) || escape) {
+            return Err(format!(
+                "has a character a path may not carry ({:?}); percent-encode it",
+                char::from(b)
+            ));
+        }
+        i += if escape { 3 } else { 1 };
+    }
+    Ok(())
+}
+
 /// Everything the data plane serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {

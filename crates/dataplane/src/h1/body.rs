@@ -31,7 +31,8 @@ pub(crate) enum Chunk {
     DataLf,
     /// At the start of a trailer line (or of the final CRLF).
     TrailerStart,
-    TrailerLine,
+    /// In a trailer field line; whether its `:` was seen.
+    TrailerLine(bool),
     TrailerLf,
     EndLf,
 }
@@ -162,17 +163,21 @@ impl Decoder {
                             *state = Chunk::Size(0);
                         }
                         Chunk::TrailerStart => {
-                            *state = if b == b'\r' {
-                                Chunk::EndLf
-                            } else {
-                                Chunk::TrailerLine
+                            // Only CRLF or a field line may follow the last chunk: anything
+                            // else (a bare LF, a request line) would let the next pipelined
+                            // request be read as trailers.
+                            *state = match b {
+                                b'\r' => Chunk::EndLf,
+                                b if is_tchar(b) => Chunk::TrailerLine(false),
+                                _ => return Err(Malformed("invalid trailer")),
                             };
                             *trailers += 1;
                         }
-                        Chunk::TrailerLine => {
+                        Chunk::TrailerLine(colon) => {
                             match b {
-                                b'\r' => *state = Chunk::TrailerLf,
-                                b'\n' | 0 => return Err(Malformed("invalid trailer")),
+                                b'\r' if colon => *state = Chunk::TrailerLf,
+                                b':' => *state = Chunk::TrailerLine(true),
+                                b'\r' | b'\n' | 0 => return Err(Malformed("invalid trailer")),
                                 _ => {}
                             }
                             *trailers += 1;
@@ -200,6 +205,11 @@ impl Decoder {
             }
         }
     }
+}
+
+/// A `token` character (RFC 9110 §5.6.2): what a field name is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// How the receiver gets the body.

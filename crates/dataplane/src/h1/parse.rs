@@ -114,6 +114,24 @@ pub(crate) fn listed_in_connection(headers: &HeaderList, name: &[u8]) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
 }
 
+/// Removes `Connection` and the fields it names (hop-by-hop for this message; its tokens were
+/// read into [`ConnectionTokens`] already). Runs before the route's filters, so a client (or
+/// a backend) cannot name a field a filter adds and have it removed on the way out. Names
+/// must be lower case.
+pub(crate) fn strip_connection_listed(headers: &mut HeaderList) {
+    let listed: Vec<Vec<u8>> = headers
+        .iter()
+        .filter(|(n, _)| *n == b"connection")
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(|t| t.trim_ascii().to_ascii_lowercase())
+        .filter(|t| !t.is_empty() && !matches!(&t[..], b"close" | b"keep-alive" | b"upgrade"))
+        .collect();
+    for name in listed {
+        headers.remove_all(&name);
+    }
+    headers.remove_all(b"connection");
+}
+
 /// Content-Length: digits only, repeated fields (or a list) must agree.
 fn content_length(value: &[u8], seen: &mut Option<u64>) -> Result<(), ()> {
     for part in value.split(|&b| b == b',') {
@@ -253,7 +271,13 @@ impl RequestHead {
                 }
                 b"transfer-encoding" => codings.add(value),
                 b"connection" => self.connection.add(value),
-                b"upgrade" => has_upgrade = true,
+                // `h2c` asks this hop to switch to HTTP/2 (removed in RFC 9113): not an
+                // upgrade to forward, the request goes on as an ordinary one.
+                b"upgrade" => {
+                    has_upgrade |= value
+                        .split(|&b| b == b',')
+                        .any(|t| !t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                }
                 _ => {}
             }
         }
@@ -262,6 +286,11 @@ impl RequestHead {
         }
         if hosts == 0 && !self.http10 {
             return Err(HeadError::Bad("HTTP/1.1 request without Host"));
+        }
+        // RFC 9110 §7.2: Host is uri-host[:port], never userinfo@host (which would be routed
+        // on one name and forwarded with another).
+        if self.host().is_some_and(|h| h.contains(&b'@')) {
+            return Err(HeadError::Bad("userinfo in Host"));
         }
         self.body = match (codings.present, length) {
             (true, Some(_)) => {

@@ -9,7 +9,7 @@
 use super::body::{Encoding, Pipe, PipeError};
 use super::buf::ReadBuf;
 use super::deadline::Deadline;
-use super::parse::{Framing, RequestHead};
+use super::parse::{Framing, RequestHead, strip_connection_listed};
 use super::pool::{Conn, Pool};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
@@ -293,8 +293,12 @@ where
             target,
             path_end,
             headers,
+            connection,
             ..
         } = &mut self.head;
+        if connection.others {
+            strip_connection_listed(headers);
+        }
         let decision = forwarding::decide(
             rule,
             &RequestParts {
@@ -524,6 +528,9 @@ where
         let upstream_reusable = up.head.reusable(framing);
         if forwarding::has_response_filters(&rule.filters, backend_filters) {
             up.head.headers.lowercase_names();
+            if up.head.connection.others {
+                strip_connection_listed(&mut up.head.headers);
+            }
             forwarding::response_filters(&rule.filters, backend_filters, &mut up.head.headers);
         }
         let client_http10 = self.head.http10;

@@ -92,8 +92,8 @@ pub(crate) fn upstream_request(out: &mut Vec<u8>, req: &RequestHead, up: &Upstre
                 });
                 continue;
             }
+            // What `Connection` named went before the filters (`strip_connection_listed`).
             _ if hop_by_hop(name) => continue,
-            _ if req.connection.others && listed_in_connection(&req.headers, name) => continue,
             _ => field(out, name, value),
         }
     }
@@ -260,6 +260,9 @@ mod tests {
              X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\n\
              Content-Length: 3\r\nAccept: */*\r\n\r\n",
         );
+        let mut req = req;
+        // What the session does before the filters run (fields `Connection` names go first).
+        super::super::parse::strip_connection_listed(&mut req.headers);
         let mut out = Vec::new();
         upstream_request(&mut out, &req, &upstream(b"backend.internal"));
         let text = String::from_utf8(out).unwrap();

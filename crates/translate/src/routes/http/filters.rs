@@ -123,13 +123,27 @@ type RawPath = (bool, Option<String>, Option<String>);
 pub fn path_modifier(p: Option<RawPath>) -> Result<Option<ir::PathModifier>, String> {
     match p {
         None => Ok(None),
-        Some((true, full, _)) => full
-            .map(|v| Some(ir::PathModifier::ReplaceFullPath(v)))
-            .ok_or_else(|| "ReplaceFullPath needs replaceFullPath".to_string()),
-        Some((false, _, prefix)) => prefix
-            .map(|v| Some(ir::PathModifier::ReplacePrefixMatch(v)))
-            .ok_or_else(|| "ReplacePrefixMatch needs replacePrefixMatch".to_string()),
+        Some((true, full, _)) => {
+            let v = full.ok_or_else(|| "ReplaceFullPath needs replaceFullPath".to_string())?;
+            check_path_value("replaceFullPath", &v, false)?;
+            Ok(Some(ir::PathModifier::ReplaceFullPath(v)))
+        }
+        Some((false, _, prefix)) => {
+            let v =
+                prefix.ok_or_else(|| "ReplacePrefixMatch needs replacePrefixMatch".to_string())?;
+            check_path_value("replacePrefixMatch", &v, true)?;
+            Ok(Some(ir::PathModifier::ReplacePrefixMatch(v)))
+        }
     }
+}
+
+/// A path a filter writes must be one a request line or Location can carry
+/// (`ir::check_path_value`); the replacement of a prefix may also be empty.
+fn check_path_value(field: &str, value: &str, may_be_empty: bool) -> Result<(), String> {
+    if value.is_empty() && may_be_empty {
+        return Ok(());
+    }
+    ir::check_path_value(value).map_err(|why| format!("{field} {value:?} {why}"))
 }
 
 pub fn redirect(
