@@ -44,6 +44,20 @@ cluster-up:
 cluster-down:
 	cluster/down
 
+# The test node agent (cluster/cmd/gatehouse-node, cluster/README.md): builds a small image with
+# buildah into a temporary OCI store, runs it on its own cluster with the node and checks user,
+# capabilities, sysctls, probes, restarts, logs and termination. Needs root and buildah.
+.PHONY: cluster-test-node
+cluster-test-node:
+	cluster/test-node
+
+# gatehouse-lb, the local `type: LoadBalancer` implementation (cluster/cmd/gatehouse-lb,
+# cluster/README.md): its own cluster, hand-written EndpointSlices whose endpoints run in network
+# namespaces, haproxy in front. Needs root, haproxy, python3, curl and jq.
+.PHONY: cluster-test-lb
+cluster-test-lb:
+	cluster/test-lb
+
 # Data-plane benchmarks against nginx (bench/README.md). BENCH_ARGS passes options, e.g.
 # `make bench-dataplane BENCH_ARGS="--quick"` or `BENCH_ARGS="--rev HEAD --pin both"`.
 .PHONY: bench-dataplane bench-smoke

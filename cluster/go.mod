@@ -8,6 +8,9 @@
 // etcd server v3.6.4 is the version k8s.io/kubernetes v1.34.4's own go.mod requires
 // (its integration tests embed it; the apiserver's etcd client is v3.6.4 too), so
 // adding it changes no dependency of the API server. kubeadm 1.34 deploys 3.6.5.
+//
+// cmd/gatehouse-node, the test node agent, uses client-go, golang.org/x/sys and the OCI
+// image-spec types, all already in this module graph at the versions above.
 module gatehouse/cluster
 
 go 1.24.0
@@ -15,7 +18,12 @@ go 1.24.0
 godebug default=go1.24
 
 require (
+	github.com/opencontainers/go-digest v1.0.0
+	github.com/opencontainers/image-spec v1.1.1
 	go.etcd.io/etcd/server/v3 v3.6.4
+	golang.org/x/sys v0.31.0
+	k8s.io/api v0.34.4
+	k8s.io/apimachinery v0.34.4
 	k8s.io/client-go v0.34.4
 	k8s.io/component-base v0.34.4
 	k8s.io/kubectl v0.0.0
@@ -105,8 +113,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
 	github.com/opencontainers/cgroups v0.0.1 // indirect
-	github.com/opencontainers/go-digest v1.0.0 // indirect
-	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/opencontainers/runtime-spec v1.2.0 // indirect
 	github.com/opencontainers/selinux v1.11.1 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
@@ -153,7 +159,6 @@ require (
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/oauth2 v0.27.0 // indirect
 	golang.org/x/sync v0.12.0 // indirect
-	golang.org/x/sys v0.31.0 // indirect
 	golang.org/x/term v0.30.0 // indirect
 	golang.org/x/text v0.23.0 // indirect
 	golang.org/x/time v0.9.0 // indirect
@@ -167,9 +172,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.34.4 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
-	k8s.io/apimachinery v0.34.4 // indirect
 	k8s.io/apiserver v0.34.4 // indirect
 	k8s.io/cli-runtime v0.34.4 // indirect
 	k8s.io/cloud-provider v0.34.4 // indirect

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared by cluster/up, cluster/down and cluster/test. Not meant to be run directly.
+# Shared by cluster/up, cluster/down, cluster/test and cluster/test-node. Not meant to be run
+# directly.
 #
 # Environment (all optional):
 #   GATEHOUSE_CLUSTER_CACHE   binary cache root (default $XDG_CACHE_HOME/gatehouse-cluster
@@ -7,10 +8,18 @@
 #   GATEHOUSE_CLUSTER_STATE   state dir: pids, certs, kubeconfig, etcd data, logs
 #                             (default cluster/.state)
 #   GATEHOUSE_GATEWAY_CHANNEL experimental (default; a superset of standard) or standard
+#   GATEHOUSE_CLUSTER_CONTROLLERS  1: also start kube-controller-manager
+#   GATEHOUSE_CLUSTER_NODE    1: also start the test node agent gatehouse-node (and
+#                             gatehouse-lb if it was built); implies the controllers
+#   GATEHOUSE_CLUSTER_IMAGES  the node's OCI image store (default <repo>/target/images)
+#   GATEHOUSE_CLUSTER_NODE_ARGS  more gatehouse-node flags (split on whitespace)
+#   GATEHOUSE_CLUSTER_LB      0: do not start gatehouse-lb even if it was built
 #   GO                        the go command (default: go on PATH, else /usr/local/go/bin/go)
 #   GOFLAGS                   passed through to go build (e.g. -p=1 on a busy machine)
 
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2034 # used by up
+REPO_ROOT=$(cd "$CLUSTER_DIR/.." && pwd)
 
 # Pinned versions. Kubernetes and etcd are pinned in go.mod; these are for ldflags,
 # the CRD bundle and the README.
@@ -81,7 +90,7 @@ ensure_built() {
   flock 8
   if [[ -f $BUILD_DIR/.complete ]]; then exec 8>&-; return; fi
   start=$(now)
-  log "building kube-apiserver, kube-controller-manager, etcd, kubectl ($KUBE_VERSION) into $BUILD_DIR (first build takes minutes)"
+  log "building kube-apiserver, kube-controller-manager, etcd, kubectl ($KUBE_VERSION) and the test binaries (gatehouse-node, ...) into $BUILD_DIR (first build takes minutes)"
   local tmp=$BUILD_DIR.tmp.$$
   rm -rf "$tmp" && mkdir -p "$tmp/bin" "$tmp/crds"
   # Static binaries: nothing depends on the host's libc. A second attempt covers a module
@@ -169,9 +178,56 @@ api_get() {
     "https://$(<"$STATE/apiserver.addr")$1"
 }
 
+# Every process that was started is alive, the API server is ready, and the cluster has
+# what this caller asks for (controllers, node): otherwise `up` starts afresh.
 cluster_healthy() {
   pid_alive etcd >/dev/null && pid_alive kube-apiserver >/dev/null &&
-    [[ -f $STATE/kubeconfig && -f $STATE/ready ]] && [[ $(api_get /readyz 2>/dev/null) == ok ]]
+    [[ -f $STATE/kubeconfig && -f $STATE/ready ]] && [[ $(api_get /readyz 2>/dev/null) == ok ]] || return 1
+  local n
+  for n in kube-controller-manager node lb; do
+    [[ ! -f $STATE/$n.pid ]] || pid_alive "$n" >/dev/null || return 1
+  done
+  [[ ${GATEHOUSE_CLUSTER_CONTROLLERS:-0} != 1 || -f $STATE/kube-controller-manager.pid ]] &&
+    [[ ${GATEHOUSE_CLUSTER_NODE:-0} != 1 || -f $STATE/node.pid ]]
+}
+
+# The node agent's network, one per state dir so that several clusters (and the conformance
+# run's node on ghnode0/10.244.0.0/16) coexist: bridge ghn<N>, pods in 10.245.<N>.0/24,
+# network namespaces ghp<N>-*. N starts from a hash of the state dir and skips any N whose
+# bridge or addresses exist. Recorded in <state>/node.net for node_cleanup.
+node_net_pick() {
+  local start n i addrs
+  start=$((16#$(printf '%s' "$STATE" | sha256sum | cut -c1-2)))
+  addrs=$(ip -o -4 addr show 2>/dev/null; ip -4 route show 2>/dev/null)
+  for ((i = 0; i < 256; i++)); do
+    n=$(((start + i) % 256))
+    ip link show "ghn$n" >/dev/null 2>&1 && continue
+    grep -qE "(^| )10\.245\.$n\." <<<"$addrs" && continue
+    NODE_BRIDGE=ghn$n NODE_CIDR=10.245.$n.0/24 NODE_NETNS_PREFIX=ghp$n-
+    printf 'NODE_BRIDGE=%s\nNODE_CIDR=%s\nNODE_NETNS_PREFIX=%s\n' "$NODE_BRIDGE" "$NODE_CIDR" "$NODE_NETNS_PREFIX" >"$STATE/node.net"
+    return 0
+  done
+  return 1
+}
+
+# Removes what this state dir's node agent may have left (it cleans up itself on TERM; this
+# is for one that was killed): tmpfs mounts under <state>/node, its network namespaces (with
+# their veths) and its bridge. Never touches another cluster's or the conformance run's.
+node_cleanup() {
+  [[ -f $STATE/node.net ]] || return 0
+  local NODE_BRIDGE='' NODE_CIDR='' NODE_NETNS_PREFIX='' m ns
+  # shellcheck disable=SC1091
+  source "$STATE/node.net"
+  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(
+    awk -v p="$STATE/node/" 'index($2, p) == 1 {print $2}' /proc/self/mounts | sort -r)
+  if [[ -n $NODE_NETNS_PREFIX ]]; then
+    for ns in $(ip netns list 2>/dev/null | awk -v p="$NODE_NETNS_PREFIX" 'index($1, p) == 1 {print $1}'); do
+      ip netns del "$ns" 2>/dev/null || true
+    done
+  fi
+  if [[ -n $NODE_BRIDGE ]] && ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+    ip link del "$NODE_BRIDGE" 2>/dev/null || true
+  fi
 }
 
 print_env() {

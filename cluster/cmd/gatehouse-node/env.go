@@ -13,8 +13,10 @@ import (
 // sources used by test workloads: literal values with $(VAR) expansion, downward-API
 // fieldRefs, Secret and ConfigMap keys, and envFrom. Anything else is an error, which
 // keeps the container from starting (visible in its status) instead of running it wrong.
-func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container) ([]string, error) {
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + rt.pod.Name}
+//
+// base comes first (the defaults, and an image's own Env); later entries win.
+func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container, base []string) ([]string, error) {
+	env := append([]string(nil), base...)
 	for _, from := range c.EnvFrom {
 		var data map[string]string
 		switch {

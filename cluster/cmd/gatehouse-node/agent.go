@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -25,6 +27,7 @@ type agent struct {
 	cfg     config
 	network *podNetwork
 	self    string
+	store   *imageStore // nil without --image-store
 
 	pods  listersv1.PodLister
 	queue workqueue.TypedRateLimitingInterface[string]
@@ -34,7 +37,7 @@ type agent struct {
 }
 
 func newAgent(client kubernetes.Interface, cfg config, network *podNetwork, self string) *agent {
-	return &agent{
+	a := &agent{
 		client:  client,
 		cfg:     cfg,
 		network: network,
@@ -42,6 +45,22 @@ func newAgent(client kubernetes.Interface, cfg config, network *podNetwork, self
 		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		running: map[string]*podRuntime{},
 	}
+	if cfg.imageStore != "" {
+		a.store = &imageStore{dir: cfg.imageStore, cache: filepath.Join(cfg.stateDir, "images")}
+	}
+	return a
+}
+
+// resolveImage finds what runs a container image: an --image mapping first, then the
+// image store.
+func (a *agent) resolveImage(ref string) (*image, error) {
+	if bin, ok := a.cfg.images[ref]; ok {
+		return &image{ref: ref, id: "gatehouse-node://" + bin, binary: bin}, nil
+	}
+	if a.store == nil {
+		return nil, fmt.Errorf("gatehouse-node cannot run image %q: no build of it is configured (--image) and there is no --image-store", ref)
+	}
+	return a.store.resolve(ref)
 }
 
 func (a *agent) registerNode(ctx context.Context, port int) error {
@@ -163,15 +182,16 @@ func (a *agent) reconcile(ctx context.Context, key string) error {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	pod, err := a.pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		// Gone from the API (force-deleted): stop whatever still runs under that name.
-		a.stop(key, "", 0)
+		// Gone from the API (force-deleted): stop whatever still runs under that name
+		// (in the background: a graceful stop of it may be in progress).
+		go a.stop(key, "", 0, false)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if rt := a.lookup(key); rt != nil && rt.uid != pod.UID {
-		a.stop(key, rt.uid, 0) // same name, new Pod: the old one is gone
+		a.stop(key, rt.uid, 0, false) // same name, new Pod: the old one is gone
 	}
 	switch {
 	case pod.Spec.NodeName == "":
@@ -182,10 +202,26 @@ func (a *agent) reconcile(ctx context.Context, key string) error {
 	case pod.Spec.NodeName != a.cfg.nodeName:
 		return nil
 	case pod.DeletionTimestamp != nil:
+		// The grace period the deletion asked for (kubectl delete --grace-period), else the
+		// Pod's terminationGracePeriodSeconds. Only the first update of a deleted Pod starts
+		// its finalisation; our own status writes while it terminates come back here.
 		grace := 30 * time.Second
-		if pod.DeletionGracePeriodSeconds != nil {
+		switch {
+		case pod.DeletionGracePeriodSeconds != nil:
 			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		case pod.Spec.TerminationGracePeriodSeconds != nil:
+			grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 		}
+		a.mu.Lock()
+		rt := a.running[key]
+		if rt != nil && rt.uid == pod.UID {
+			if rt.terminating {
+				a.mu.Unlock()
+				return nil
+			}
+			rt.terminating = true
+		}
+		a.mu.Unlock()
 		go a.finalise(ctx, key, pod.UID, grace)
 		return nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
@@ -198,7 +234,7 @@ func (a *agent) reconcile(ctx context.Context, key string) error {
 	}
 	rt := newPodRuntime(a, pod.DeepCopy())
 	a.running[key] = rt
-	go rt.run(ctx)
+	go rt.run()
 	return nil
 }
 
@@ -219,24 +255,28 @@ func (a *agent) lookup(key string) *podRuntime {
 	return a.running[key]
 }
 
-// stop terminates a Pod's processes (SIGTERM, SIGKILL after grace) and removes its network
-// and files. uid "" matches any.
-func (a *agent) stop(key string, uid types.UID, grace time.Duration) {
+// stop terminates a Pod's processes (preStop hooks if asked, SIGTERM, SIGKILL after grace)
+// and removes its network and files. uid "" matches any. The Pod stays known (its logs
+// readable) until it is gone.
+func (a *agent) stop(key string, uid types.UID, grace time.Duration, hooks bool) {
 	a.mu.Lock()
 	rt := a.running[key]
+	a.mu.Unlock()
 	if rt == nil || (uid != "" && rt.uid != uid) {
-		a.mu.Unlock()
 		return
 	}
-	delete(a.running, key)
+	rt.terminate(grace, hooks)
+	a.mu.Lock()
+	if a.running[key] == rt {
+		delete(a.running, key)
+	}
 	a.mu.Unlock()
-	rt.terminate(grace)
 }
 
 // finalise is the kubelet's half of Pod deletion: once the containers are stopped, the
 // Pod object is deleted with grace 0 (the API server waits for this).
 func (a *agent) finalise(ctx context.Context, key string, uid types.UID, grace time.Duration) {
-	a.stop(key, uid, grace)
+	a.stop(key, uid, grace, true)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	zero := int64(0)
 	err := a.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
@@ -248,6 +288,8 @@ func (a *agent) finalise(ctx context.Context, key string, uid types.UID, grace t
 	}
 }
 
+// stopAll is the agent's exit: every container gets SIGTERM and, 5 s later, SIGKILL (no
+// preStop hooks: the node is going, not the Pods).
 func (a *agent) stopAll(ctx context.Context) {
 	a.mu.Lock()
 	all := a.running
@@ -258,7 +300,7 @@ func (a *agent) stopAll(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rt.terminate(5 * time.Second)
+			rt.terminate(5*time.Second, false)
 		}()
 	}
 	wg.Wait()

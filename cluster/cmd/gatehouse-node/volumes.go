@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"syscall"
 
+	"golang.org/x/sys/unix"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,8 @@ import (
 // writeVolumes materialises the Pod's volumes as directories under the Pod's state dir;
 // containers see them at their mountPath through a bind mount (see execContainer). The
 // contents are written once at start; Secret and ConfigMap updates are not propagated.
+// An emptyDir is mode 0777 as the kubelet makes it; with medium Memory it is a tmpfs
+// mounted on the host (unmounted when the Pod goes; cluster/down unmounts leftovers).
 func (rt *podRuntime) writeVolumes() error {
 	for _, v := range rt.pod.Spec.Volumes {
 		dir := rt.volumeDir(v.Name)
@@ -39,39 +40,50 @@ func (rt *podRuntime) writeVolume(v corev1.Volume, dir string) error {
 	ctx := rt.ctx
 	switch {
 	case v.EmptyDir != nil:
-		return nil
+		if v.EmptyDir.Medium == corev1.StorageMediumMemory && !slices.Contains(rt.tmpfs, dir) {
+			opts := "mode=0777"
+			if l := v.EmptyDir.SizeLimit; l != nil && l.Value() > 0 {
+				opts += fmt.Sprintf(",size=%d", l.Value())
+			}
+			if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+				return fmt.Errorf("tmpfs: %w", err)
+			}
+			rt.tmpfs = append(rt.tmpfs, dir)
+		}
+		return os.Chmod(dir, 0o777)
 	case v.Secret != nil:
 		s, err := rt.secret(ctx, v.Secret.SecretName, v.Secret.Optional)
 		if err != nil || s == nil {
 			return err
 		}
-		return writeKeys(dir, s.Data, v.Secret.Items)
+		return writeKeys(dir, s.Data, v.Secret.Items, v.Secret.DefaultMode)
 	case v.ConfigMap != nil:
 		cm, err := rt.configMap(ctx, v.ConfigMap.Name, v.ConfigMap.Optional)
 		if err != nil || cm == nil {
 			return err
 		}
-		return writeKeys(dir, configMapBytes(cm), v.ConfigMap.Items)
+		return writeKeys(dir, configMapBytes(cm), v.ConfigMap.Items, v.ConfigMap.DefaultMode)
 	case v.DownwardAPI != nil:
-		return rt.writeDownward(dir, v.DownwardAPI.Items)
+		return rt.writeDownward(dir, v.DownwardAPI.Items, v.DownwardAPI.DefaultMode)
 	case v.Projected != nil:
+		mode := v.Projected.DefaultMode
 		for _, src := range v.Projected.Sources {
 			var err error
 			switch {
 			case src.ServiceAccountToken != nil:
-				err = rt.writeToken(ctx, dir, src.ServiceAccountToken)
+				err = rt.writeToken(ctx, dir, src.ServiceAccountToken, mode)
 			case src.ConfigMap != nil:
 				var cm *corev1.ConfigMap
 				if cm, err = rt.configMap(ctx, src.ConfigMap.Name, src.ConfigMap.Optional); cm != nil {
-					err = writeKeys(dir, configMapBytes(cm), src.ConfigMap.Items)
+					err = writeKeys(dir, configMapBytes(cm), src.ConfigMap.Items, mode)
 				}
 			case src.Secret != nil:
 				var s *corev1.Secret
 				if s, err = rt.secret(ctx, src.Secret.Name, src.Secret.Optional); s != nil {
-					err = writeKeys(dir, s.Data, src.Secret.Items)
+					err = writeKeys(dir, s.Data, src.Secret.Items, mode)
 				}
 			case src.DownwardAPI != nil:
-				err = rt.writeDownward(dir, src.DownwardAPI.Items)
+				err = rt.writeDownward(dir, src.DownwardAPI.Items, mode)
 			default:
 				err = fmt.Errorf("this projected source is not supported by gatehouse-node")
 			}
@@ -96,10 +108,10 @@ func configMapBytes(cm *corev1.ConfigMap) map[string][]byte {
 	return out
 }
 
-func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath) error {
+func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath, defaultMode *int32) error {
 	if len(items) == 0 {
 		for k, v := range data {
-			if err := writeFile(dir, k, v); err != nil {
+			if err := writeFile(dir, k, v, defaultMode); err != nil {
 				return err
 			}
 		}
@@ -110,14 +122,20 @@ func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath) err
 		if !ok {
 			return fmt.Errorf("key %q not found", it.Key)
 		}
-		if err := writeFile(dir, it.Path, v); err != nil {
+		mode := defaultMode
+		if it.Mode != nil {
+			mode = it.Mode
+		}
+		if err := writeFile(dir, it.Path, v, mode); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func writeFile(dir, rel string, data []byte) error {
+// writeFile writes a volume file with the volume's or item's mode (default 0644, as the API
+// server defaults it).
+func writeFile(dir, rel string, data []byte, mode *int32) error {
 	p := filepath.Join(dir, rel)
 	if !strings.HasPrefix(p, dir+string(filepath.Separator)) {
 		return fmt.Errorf("path %q escapes the volume", rel)
@@ -125,10 +143,17 @@ func writeFile(dir, rel string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(p, data, 0o644)
+	perm := uint32(0o644)
+	if mode != nil {
+		perm = uint32(*mode) & 0o777
+	}
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return err
+	}
+	return unix.Chmod(p, perm)
 }
 
-func (rt *podRuntime) writeDownward(dir string, items []corev1.DownwardAPIVolumeFile) error {
+func (rt *podRuntime) writeDownward(dir string, items []corev1.DownwardAPIVolumeFile, defaultMode *int32) error {
 	for _, it := range items {
 		if it.FieldRef == nil {
 			return fmt.Errorf("downwardAPI item %s: only fieldRef is supported", it.Path)
@@ -137,14 +162,18 @@ func (rt *podRuntime) writeDownward(dir string, items []corev1.DownwardAPIVolume
 		if err != nil {
 			return err
 		}
-		if err := writeFile(dir, it.Path, []byte(v)); err != nil {
+		mode := defaultMode
+		if it.Mode != nil {
+			mode = it.Mode
+		}
+		if err := writeFile(dir, it.Path, []byte(v), mode); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (rt *podRuntime) writeToken(ctx context.Context, dir string, src *corev1.ServiceAccountTokenProjection) error {
+func (rt *podRuntime) writeToken(ctx context.Context, dir string, src *corev1.ServiceAccountTokenProjection, mode *int32) error {
 	sa := rt.pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -160,7 +189,7 @@ func (rt *podRuntime) writeToken(ctx context.Context, dir string, src *corev1.Se
 	if err != nil {
 		return fmt.Errorf("service account token: %w", err)
 	}
-	return writeFile(dir, src.Path, []byte(tok.Status.Token))
+	return writeFile(dir, src.Path, []byte(tok.Status.Token), mode)
 }
 
 // mounts lists the container's volume mounts as SOURCE=TARGET[:ro] for execContainer.
@@ -170,6 +199,12 @@ func (rt *podRuntime) mounts(c *corev1.Container) ([]string, error) {
 		src := rt.volumeDir(m.Name)
 		if m.SubPath != "" {
 			src = filepath.Join(src, m.SubPath)
+			if !strings.HasPrefix(src, rt.volumeDir(m.Name)+string(filepath.Separator)) {
+				return nil, fmt.Errorf("volume mount %s: subPath %q escapes the volume", m.Name, m.SubPath)
+			}
+			if _, err := os.Lstat(src); os.IsNotExist(err) {
+				_ = os.MkdirAll(src, 0o777) // the kubelet creates a missing subPath directory
+			}
 		}
 		if _, err := os.Stat(src); err != nil {
 			return nil, fmt.Errorf("volume mount %s: %w", m.Name, err)
@@ -181,51 +216,4 @@ func (rt *podRuntime) mounts(c *corev1.Container) ([]string, error) {
 		out = append(out, spec)
 	}
 	return out, nil
-}
-
-type mountFlags []string
-
-func (m *mountFlags) String() string     { return strings.Join(*m, ",") }
-func (m *mountFlags) Set(v string) error { *m = append(*m, v); return nil }
-
-// execContainer runs inside `ip netns exec`, which already gave it a private mount
-// namespace: bind the Pod's volumes to their mount paths, then become the container.
-// The mount points are created on the host filesystem if missing (empty directories).
-func execContainer(args []string) {
-	fs := flag.NewFlagSet("exec-container", flag.ExitOnError)
-	var mounts mountFlags
-	fs.Var(&mounts, "mount", "SOURCE=TARGET[:ro]")
-	workdir := fs.String("workdir", "/", "working directory")
-	_ = fs.Parse(args)
-	argv := fs.Args()
-	if len(argv) == 0 {
-		log.Fatal("exec-container: no command")
-	}
-	for _, m := range mounts {
-		src, target, _ := strings.Cut(m, "=")
-		ro := strings.HasSuffix(target, ":ro")
-		target = strings.TrimSuffix(target, ":ro")
-		if st, err := os.Stat(src); err == nil && !st.IsDir() {
-			_ = os.MkdirAll(filepath.Dir(target), 0o755)
-			if f, err := os.OpenFile(target, os.O_CREATE, 0o644); err == nil {
-				_ = f.Close()
-			}
-		} else if err := os.MkdirAll(target, 0o755); err != nil {
-			log.Fatalf("exec-container: mount point %s: %v", target, err)
-		}
-		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-			log.Fatalf("exec-container: bind %s on %s: %v", src, target, err)
-		}
-		if ro {
-			if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-				log.Fatalf("exec-container: read-only %s: %v", target, err)
-			}
-		}
-	}
-	if err := os.Chdir(*workdir); err != nil {
-		log.Fatalf("exec-container: workdir %s: %v", *workdir, err)
-	}
-	if err := syscall.Exec(argv[0], argv, os.Environ()); err != nil {
-		log.Fatalf("exec-container: exec %s: %v", argv[0], err)
-	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -36,21 +38,17 @@ func (rt *podRuntime) statusLoop() {
 	}
 }
 
+// statusEqual compares two computed statuses, ignoring condition transition times (set
+// when the status is computed; writeStatus keeps the stored ones).
 func statusEqual(a, b *corev1.PodStatus) bool {
-	if a.Phase != b.Phase || a.PodIP != b.PodIP || a.Reason != b.Reason || len(a.ContainerStatuses) != len(b.ContainerStatuses) {
-		return false
-	}
-	for i := range a.ContainerStatuses {
-		x, y := a.ContainerStatuses[i], b.ContainerStatuses[i]
-		if x.Ready != y.Ready || x.RestartCount != y.RestartCount || x.ContainerID != y.ContainerID ||
-			(x.State.Waiting == nil) != (y.State.Waiting == nil) || (x.State.Running == nil) != (y.State.Running == nil) {
-			return false
+	strip := func(s *corev1.PodStatus) *corev1.PodStatus {
+		s = s.DeepCopy()
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.Time{}
 		}
-		if x.State.Waiting != nil && y.State.Waiting != nil && *x.State.Waiting != *y.State.Waiting {
-			return false
-		}
+		return s
 	}
-	return true
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
 }
 
 func (rt *podRuntime) writeStatus(next *corev1.PodStatus) error {
@@ -62,7 +60,9 @@ func (rt *podRuntime) writeStatus(next *corev1.PodStatus) error {
 		if err != nil {
 			return err
 		}
-		if cur.UID != rt.uid || cur.DeletionTimestamp != nil {
+		// Also while the Pod terminates: readiness keeps being reported until the
+		// containers exit, as the kubelet does (EndpointSlices mark endpoints serving).
+		if cur.UID != rt.uid {
 			return nil
 		}
 		s := next.DeepCopy()
@@ -104,20 +104,37 @@ func (rt *podRuntime) status() *corev1.PodStatus {
 		s.PodIP = addr.String()
 		s.PodIPs = []corev1.PodIP{{IP: addr.String()}}
 	}
-	allRunning := len(rt.containers) > 0
+	// The kubelet's phase: Pending while a container never ran, Succeeded or Failed when
+	// every container exited for good, Running otherwise (also while one restarts).
+	allRunning, neverRan, allDone, allZero := len(rt.containers) > 0, false, len(rt.containers) > 0, true
 	for _, c := range rt.containers {
 		cs := c.status()
 		if cs.State.Running == nil {
 			allRunning = false
 		}
+		if cs.State.Running == nil && cs.LastTerminationState.Terminated == nil && cs.State.Terminated == nil {
+			neverRan = true
+		}
+		if t := cs.State.Terminated; t == nil {
+			allDone = false
+		} else if t.ExitCode != 0 {
+			allZero = false
+		}
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
-	if failure != "" {
+	switch {
+	case failure != "":
 		s.Reason, s.Message = "GatehouseNodeUnsupported", failure
-	} else if pending != "" {
+		if strings.HasPrefix(failure, "SysctlForbidden:") {
+			s.Reason = "SysctlForbidden"
+		}
+	case pending != "":
 		s.Message = "FailedMount: " + pending
-	}
-	if allRunning && failure == "" {
+	case allDone && allZero:
+		s.Phase = corev1.PodSucceeded
+	case allDone:
+		s.Phase = corev1.PodFailed
+	case !neverRan:
 		s.Phase = corev1.PodRunning
 	}
 	ready := allRunning && failure == "" && rt.ready()

@@ -192,11 +192,12 @@ func (a *agent) serveLogs(w http.ResponseWriter, r *http.Request) {
 		if flusher != nil {
 			flusher.Flush()
 		}
+		last := false // the Pod is gone: send what its containers wrote last, then end
 		select {
 		case <-r.Context().Done():
 			return
 		case <-rt.done:
-			return
+			last = true
 		case <-time.After(200 * time.Millisecond):
 		}
 		for {
@@ -209,6 +210,9 @@ func (a *agent) serveLogs(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			partial = ""
+		}
+		if last {
+			return
 		}
 	}
 }

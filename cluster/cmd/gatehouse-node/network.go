@@ -17,6 +17,7 @@ import (
 // backends behind EndpointSlices.
 type podNetwork struct {
 	bridge  string
+	prefixN string // network namespace name prefix
 	cidr    *net.IPNet
 	gateway net.IP
 	prefix  int
@@ -25,7 +26,7 @@ type podNetwork struct {
 	used map[uint32]bool
 }
 
-func newPodNetwork(bridge, cidr string) (*podNetwork, error) {
+func newPodNetwork(bridge, cidr, netnsPrefix string) (*podNetwork, error) {
 	gw, ipnet, err := net.ParseCIDR(cidr)
 	if err != nil {
 		return nil, fmt.Errorf("--pod-cidr: %w", err)
@@ -38,7 +39,7 @@ func newPodNetwork(bridge, cidr string) (*podNetwork, error) {
 		return nil, fmt.Errorf("--pod-cidr %s is too small", cidr)
 	}
 	gw = addIP(ipnet.IP, 1)
-	n := &podNetwork{bridge: bridge, cidr: ipnet, gateway: gw, prefix: prefix, used: map[uint32]bool{}}
+	n := &podNetwork{bridge: bridge, prefixN: netnsPrefix, cidr: ipnet, gateway: gw, prefix: prefix, used: map[uint32]bool{}}
 	// A bridge left by an earlier run that died would hold the same address: start clean.
 	_ = ip("link", "del", bridge)
 	if err := ip("link", "add", bridge, "type", "bridge"); err != nil {
@@ -86,14 +87,14 @@ func (n *podNetwork) release(addr net.IP) {
 
 // names derives the namespace and host-side veth names from the pod UID; interface
 // names are limited to 15 bytes.
-func podNetNames(uid string) (netns, hostVeth string) {
+func (n *podNetwork) names(uid string) (netns, hostVeth string) {
 	sum := sha256.Sum256([]byte(uid))
 	h := hex.EncodeToString(sum[:])[:10]
-	return "ghpod-" + h, "ghv" + h
+	return n.prefixN + h, "ghv" + h
 }
 
 func (n *podNetwork) attach(uid string, addr net.IP) (string, error) {
-	netns, veth := podNetNames(uid)
+	netns, veth := n.names(uid)
 	_ = ip("netns", "del", netns)
 	steps := [][]string{
 		{"netns", "add", netns},
@@ -114,7 +115,7 @@ func (n *podNetwork) attach(uid string, addr net.IP) (string, error) {
 }
 
 func (n *podNetwork) detach(uid string) {
-	netns, veth := podNetNames(uid)
+	netns, veth := n.names(uid)
 	_ = ip("link", "del", veth)
 	_ = ip("netns", "del", netns)
 }
