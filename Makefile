@@ -10,6 +10,8 @@ help:
 	@echo "make build     release build of the gatehouse binary"
 	@echo "make image     container images (buildah, no Docker): target/image, target/images"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root)"
+	@echo "make fuzz      every fuzz target for FUZZ_SECONDS (300) each after its corpus (nightly toolchain)"
+	@echo "make h2spec    HTTP/2 conformance (h2spec) of gatehouse run, cleartext and TLS"
 
 build:
 	$(CARGO) build --release -p gatehouse
@@ -30,6 +32,16 @@ image:
 # The built image against image/spec and the Dockerfile (same files, user, entrypoint, labels).
 image-check:
 	image/check
+
+# The fuzz targets (fuzz/, docs/security.md): each replays its committed corpus, then fuzzes
+# for FUZZ_SECONDS. FUZZ_ARGS passes more, e.g. `--merge` or `--sanitizer address`.
+FUZZ_SECONDS ?= 300
+.PHONY: fuzz h2spec
+fuzz:
+	fuzz/run --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)
+
+h2spec:
+	scripts/h2spec
 
 # Lint and every test; starts a local kube-apiserver for the controller tests (scripts/test).
 test:

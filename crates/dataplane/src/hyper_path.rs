@@ -385,7 +385,9 @@ async fn forward(
                     backend_filters,
                 )
             }
-            Err(error) => upstream_failed(cluster, endpoint, error, fail),
+            Err(error) => {
+                upstream_failed(cluster, endpoint, error, &conn.socket.shared.metrics, fail)
+            }
         };
     }
 
@@ -402,7 +404,7 @@ async fn forward(
     };
     let mut resp = match result {
         Ok(resp) => resp,
-        Err(error) => return upstream_failed(cluster, endpoint, error, fail),
+        Err(error) => return upstream_failed(cluster, endpoint, error, &shared.metrics, fail),
     };
 
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
@@ -419,6 +421,7 @@ fn upstream_failed(
     cluster: &ClusterState,
     endpoint: &Endpoint,
     error: UpstreamError,
+    metrics: &crate::metrics::Metrics,
     fail: impl FnOnce(StatusCode, &'static str) -> Response<ResponseBody>,
 ) -> Response<ResponseBody> {
     match error {
@@ -430,6 +433,14 @@ fn upstream_failed(
         UpstreamError::Failed(error) => {
             debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream request failed");
             fail(StatusCode::BAD_GATEWAY, "upstream request failed\n")
+        }
+        UpstreamError::HeadTooLarge => {
+            metrics.head_too_large(crate::metrics::Side::Response);
+            debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, "upstream response head too large");
+            fail(
+                StatusCode::BAD_GATEWAY,
+                "upstream response head too large\n",
+            )
         }
     }
 }

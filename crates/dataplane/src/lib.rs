@@ -21,6 +21,8 @@ mod compile;
 mod conn;
 mod filters;
 mod forwarding;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod h1;
 mod headers;
 mod hyper_path;
@@ -66,6 +68,9 @@ pub struct Options {
     /// Largest request head accepted (HTTP/1 buffer, HTTP/2 header list). Bigger heads get a
     /// 431 or a clean close. Values below 8 KiB are raised to 8 KiB (hyper's minimum buffer).
     pub max_header_bytes: usize,
+    /// Largest response head accepted from a backend (status line and fields); a bigger one
+    /// answers 502. Values below 8 KiB are raised to 8 KiB.
+    pub max_response_head_bytes: usize,
     /// A TLS client must finish its handshake (ClientHello included) within this time.
     pub tls_handshake_timeout: Duration,
     /// An HTTP/2 connection with no open stream for this long gets a GOAWAY and closes.
@@ -103,6 +108,7 @@ impl Default for Options {
             default_request_timeout: Some(Duration::from_secs(60)),
             header_read_timeout: Duration::from_secs(30),
             max_header_bytes: 64 * 1024,
+            max_response_head_bytes: 64 * 1024,
             tls_handshake_timeout: Duration::from_secs(10),
             http2_idle_timeout: Duration::from_secs(120),
             http2_keepalive_interval: Some(Duration::from_secs(30)),
@@ -206,9 +212,11 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     pub upstreams: upstream::Upstreams,
     pub server: auto::Builder<TokioExecutor>,
-    /// The same, HTTP/2 only: for connections that negotiated h2 by ALPN or sent the HTTP/2
-    /// preface, so that a broken preface is an HTTP/2 connection error, never read as HTTP/1.
-    pub server_h2: auto::Builder<TokioExecutor>,
+    /// HTTP/2 alone (hyper's, not the auto builder: its `http2_only` does nothing for
+    /// connections served with upgrades): for connections that negotiated h2 by ALPN or sent
+    /// the HTTP/2 preface, so that a broken preface is an HTTP/2 connection error, never
+    /// answered as HTTP/1.
+    pub server_h2: hyper::server::conn::http2::Builder<TokioExecutor>,
     /// Accept loops, connections and upgraded tunnels, so that shutdown can wait for them.
     pub tasks: TaskTracker,
     /// Parent of every socket's stop token: cancelling it drains everything.
@@ -302,6 +310,9 @@ async fn sweep_idle_upstreams(shared: std::sync::Weak<Shared>) {
     }
 }
 
+/// HTTP/1 connections the HTTP/1 path hands over (absolute-form targets, upgrades, ...). The
+/// auto builder would also take HTTP/2, but handed-over connections never start with the
+/// preface: those go to [`h2_server_builder`].
 fn server_builder(options: &Options) -> auto::Builder<TokioExecutor> {
     let max_head = options.max_header_bytes.max(8 * 1024);
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -313,7 +324,13 @@ fn server_builder(options: &Options) -> auto::Builder<TokioExecutor> {
         // The read buffer bounds the request head: beyond it hyper answers 431 and closes.
         .max_buf_size(max_head);
     builder
-        .http2()
+}
+
+/// Every HTTP/2 connection, cleartext (prior knowledge) or TLS (ALPN h2).
+fn h2_server_builder(options: &Options) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let max_head = options.max_header_bytes.max(8 * 1024);
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
         .timer(TokioTimer::new())
         .keep_alive_interval(options.http2_keepalive_interval)
         .keep_alive_timeout(options.http2_keepalive_timeout)
@@ -328,7 +345,7 @@ impl DataPlane {
             goaway: CancellationToken::new(),
             upstreams: upstream::Upstreams::new(&options),
             server: server_builder(&options),
-            server_h2: server_builder(&options).http2_only(),
+            server_h2: h2_server_builder(&options),
             metrics,
             tasks: TaskTracker::new(),
             draining: CancellationToken::new(),

@@ -456,12 +456,49 @@ async fn serve_hyper<I>(
         })
     };
     let io = WriteLimited::new(io, limits.client_write, shared.metrics.clone());
-    let server = if h2 {
-        &shared.server_h2
+    if h2 {
+        let connection = shared.server_h2.serve_connection(TokioIo::new(io), service);
+        drive(
+            connection,
+            |c| c.graceful_shutdown(),
+            peer,
+            drain,
+            shared,
+            Some(activity),
+        )
+        .await;
     } else {
-        &shared.server
-    };
-    let connection = server.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let connection = shared
+            .server
+            .serve_connection_with_upgrades(TokioIo::new(io), service);
+        drive(
+            connection,
+            |c| c.graceful_shutdown(),
+            peer,
+            drain,
+            shared,
+            None,
+        )
+        .await;
+    }
+}
+
+/// Runs a hyper connection to its end, or until the connection is drained, the data plane
+/// starts closing (HTTP/2: GOAWAY) or an HTTP/2 connection has been idle for
+/// `http2_idle_timeout` (`h2_activity`: its open streams); then shuts it down gracefully.
+async fn drive<C, E>(
+    connection: C,
+    graceful_shutdown: impl FnOnce(Pin<&mut C>),
+    peer: SocketAddr,
+    drain: CancellationToken,
+    shared: &Shared,
+    h2_activity: Option<Arc<Activity>>,
+) where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let limits = shared.limits;
+    let h2 = h2_activity.is_some();
     tokio::pin!(connection);
     // HTTP/2 has no idle timeout of its own (PINGs only prove the peer alive): a connection
     // with no open stream for http2_idle_timeout is told to go (HTTP/1 idles are bounded by
@@ -469,12 +506,12 @@ async fn serve_hyper<I>(
     let mut idle = Stall::new(limits.http2_idle);
     let idle_expired = std::future::poll_fn(|cx| {
         loop {
-            if !h2 {
-                return std::task::Poll::Pending;
-            }
+            let Some(activity) = &h2_activity else {
+                return Poll::Pending;
+            };
             std::task::ready!(idle.poll_expired(cx));
             match activity.idle_for() {
-                Some(t) if t >= limits.http2_idle => return std::task::Poll::Ready(()),
+                Some(t) if t >= limits.http2_idle => return Poll::Ready(()),
                 Some(t) => idle.touch(limits.http2_idle - t),
                 None => idle.touch(limits.http2_idle),
             }
@@ -484,6 +521,13 @@ async fn serve_hyper<I>(
     tokio::select! {
         result = connection.as_mut() => {
             if let Err(error) = result {
+                let error = error.into();
+                if error
+                    .downcast_ref::<hyper::Error>()
+                    .is_some_and(hyper::Error::is_parse_too_large)
+                {
+                    shared.metrics.head_too_large(crate::metrics::Side::Request);
+                }
                 debug!(%peer, %error, "connection ended with an error");
             }
             return;
@@ -502,7 +546,7 @@ async fn serve_hyper<I>(
     }
     // HTTP/1: finish the request in flight, then close (idle connections close now).
     // HTTP/2: GOAWAY, then finish the open streams.
-    connection.as_mut().graceful_shutdown();
+    graceful_shutdown(connection.as_mut());
     tokio::select! {
         _ = connection => {}
         () = shared.kill.cancelled() => {}

@@ -72,6 +72,30 @@ pub struct Metrics {
     pub(crate) bind_failures: Family<AddressLabels, Counter>,
     pub(crate) timeouts: Family<KindLabels, Counter>,
     pub(crate) connections_shed: Counter,
+    pub(crate) heads_too_large: Family<SideLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SideLabels {
+    side: &'static str,
+}
+
+/// Which side sent a head over its size limit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Side {
+    /// A client's request head (answered 431).
+    Request,
+    /// A backend's response head (answered 502).
+    Response,
+}
+
+impl Side {
+    fn as_str(self) -> &'static str {
+        match self {
+            Side::Request => "request",
+            Side::Response => "response",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -99,7 +123,13 @@ impl Metrics {
             bind_failures: Family::default(),
             timeouts: Family::default(),
             connections_shed: Counter::default(),
+            heads_too_large: Family::default(),
         };
+        for side in [Side::Request, Side::Response] {
+            metrics.heads_too_large.get_or_create_owned(&SideLabels {
+                side: side.as_str(),
+            });
+        }
         for kind in crate::limits::TimeoutKind::ALL {
             metrics.timeouts.get_or_create_owned(&KindLabels {
                 kind: kind.as_str(),
@@ -115,6 +145,11 @@ impl Metrics {
             "gatehouse_timeouts",
             "Connections and exchanges cut short by a limit, by kind (header_read, http2_idle, request_body, backend_read, client_write, tunnel_idle)",
             metrics.timeouts.clone(),
+        );
+        registry.register(
+            "gatehouse_heads_too_large",
+            "Request heads over --max-request-head-bytes (431) and response heads over --max-response-head-bytes (502), by side",
+            metrics.heads_too_large.clone(),
         );
         registry.register(
             "gatehouse_connections_shed",
@@ -179,6 +214,14 @@ impl Metrics {
         self.timeouts
             .get_or_create(&KindLabels {
                 kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn head_too_large(&self, side: Side) {
+        self.heads_too_large
+            .get_or_create(&SideLabels {
+                side: side.as_str(),
             })
             .inc();
     }

@@ -44,6 +44,8 @@ pub(crate) enum UpstreamError {
     Connect(BoxError),
     /// The connection failed after it was made.
     Failed(BoxError),
+    /// The response head is over `--max-response-head-bytes`.
+    HeadTooLarge,
 }
 
 pub(crate) struct Upstreams {
@@ -60,6 +62,8 @@ pub(crate) struct Upstreams {
     tls: Mutex<Reuse<ClientKey, Arc<TlsUpstream>>>,
     connect_timeout: Duration,
     pool_idle_timeout: Duration,
+    /// Largest response head accepted from a backend (both HTTP/1 clients).
+    max_response_head: usize,
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -73,10 +77,13 @@ impl Upstreams {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(options.connect_timeout));
         connector.set_nodelay(true);
+        let max_response_head = options.max_response_head_bytes.max(8 * 1024);
         let http1 = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(options.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
+            // The read buffer bounds the response head: beyond it the request fails (502).
+            .http1_max_buf_size(max_response_head)
             // The proxy always sets Host itself (original or rewritten host).
             .set_host(false)
             .build(connector);
@@ -88,6 +95,7 @@ impl Upstreams {
             tls: Mutex::new(Reuse::default()),
             connect_timeout: options.connect_timeout,
             pool_idle_timeout: options.pool_idle_timeout,
+            max_response_head,
         }
     }
 
@@ -125,6 +133,7 @@ impl Upstreams {
             self.pool_shards,
             self.connect_timeout,
             self.pool_idle_timeout,
+            self.max_response_head,
         ));
         map.insert(key, Arc::downgrade(&pool));
         pool
@@ -159,6 +168,7 @@ impl Upstreams {
                 server_name,
                 self.connect_timeout,
                 self.pool_idle_timeout,
+                self.max_response_head,
             )))
         })
     }
@@ -191,6 +201,11 @@ impl Upstreams {
             // the connector, so they count as connect errors.
             if e.is_connect() {
                 UpstreamError::Connect(e.into())
+            } else if std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<hyper::Error>())
+                .is_some_and(hyper::Error::is_parse_too_large)
+            {
+                UpstreamError::HeadTooLarge
             } else {
                 UpstreamError::Failed(e.into())
             }
@@ -228,6 +243,7 @@ impl TlsUpstream {
         server_name: ServerName<'static>,
         connect_timeout: Duration,
         pool_idle_timeout: Duration,
+        max_response_head: usize,
     ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.set_connect_timeout(Some(connect_timeout));
@@ -245,6 +261,7 @@ impl TlsUpstream {
             .pool_idle_timeout(pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
+            .http1_max_buf_size(max_response_head)
             .set_host(false)
             .build(connector);
         TlsUpstream {

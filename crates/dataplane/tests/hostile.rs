@@ -630,3 +630,110 @@ async fn idle_tunnels_are_closed() {
         1.0
     );
 }
+
+/// A GET, or a POST with a body, over HTTP/2: the status.
+async fn h2_status(port: u16, path: &str, body: Option<&'static str>) -> u16 {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // Room for the 20 kB response head (hyper's client default is 16 KiB).
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .max_header_list_size(64 * 1024)
+        .handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = match body {
+        None => Request::get(format!("http://h{path}")),
+        Some(_) => Request::post(format!("http://h{path}")),
+    }
+    .body(http_body_util::Full::new(Bytes::from(body.unwrap_or(""))))
+    .unwrap();
+    sender.send_request(req).await.unwrap().status().as_u16()
+}
+
+/// Both head size limits hold on every path: a request head over `max_header_bytes` gets 431,
+/// a response head over `max_response_head_bytes` a 502 (the HTTP/1 path, the hyper path's
+/// pooled client for bodiless requests and hyper's client for requests with bodies), and a
+/// response head under the limit but over the HTTP/1 path's initial buffer is served. Every
+/// refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_over_their_limits_are_refused_and_counted() {
+    let backend = raw_backend(|_, request| {
+        let size = if path_of(request) == "/big" {
+            40_000
+        } else {
+            20_000
+        };
+        Some((
+            format!(
+                "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
+                "a".repeat(size)
+            )
+            .into_bytes(),
+            false,
+        ))
+    })
+    .await;
+    let options = Options {
+        max_header_bytes: 16 * 1024,
+        max_response_head_bytes: 32 * 1024,
+        ..Options::default()
+    };
+    let (port, _dp, registry) = gateway_to(backend.addr, options).await;
+
+    // The HTTP/1 path: 20 kB fits (its buffer grows past the initial 16 KiB), 40 kB does not.
+    let fits = raw_exchange(port, b"GET /fits HTTP/1.1\r\nhost: h\r\n\r\n").await;
+    assert!(fits.starts_with("HTTP/1.1 200"), "{}", &fits[..40]);
+    let big = raw_exchange(port, b"GET /big HTTP/1.1\r\nhost: h\r\n\r\n").await;
+    assert!(big.starts_with("HTTP/1.1 502"), "{big}");
+    assert!(big.contains("response head too large"), "{big}");
+    // The hyper path, without and with a request body.
+    assert_eq!(h2_status(port, "/fits", None).await, 200);
+    assert_eq!(h2_status(port, "/big", None).await, 502);
+    assert_eq!(h2_status(port, "/fits", Some("body")).await, 200);
+    assert_eq!(h2_status(port, "/big", Some("body")).await, 502);
+    assert_eq!(
+        metric(
+            &registry,
+            r#"gatehouse_heads_too_large_total{side="response"}"#
+        ),
+        3.0
+    );
+
+    // A request head over the limit: 431 on the HTTP/1 path.
+    let request = format!(
+        "GET / HTTP/1.1\r\nhost: h\r\nx-big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let refused = raw_exchange(port, request.as_bytes()).await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+    assert_eq!(
+        metric(
+            &registry,
+            r#"gatehouse_heads_too_large_total{side="request"}"#
+        ),
+        1.0
+    );
+}
+
+/// A cleartext connection whose first line names no HTTP version is not HTTP/1 (here, an
+/// invalid HTTP/2 preface): closed without an HTTP/1 answer (h2spec 3.5/2). A request line with
+/// a bad target but an HTTP version still gets its 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_not_speaking_http1_is_closed_without_an_answer() {
+    let backend = raw_backend(|_, _| ok("x")).await;
+    let (port, _dp, _) = gateway_to(backend.addr, Options::default()).await;
+    let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    c.write_all(b"INVALID CONNECTION PREFACE\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut answer))
+        .await
+        .expect("closed")
+        .unwrap();
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+
+    let bad_target = raw_exchange(port, b"GET /a b HTTP/1.1\r\nhost: h\r\n\r\n").await;
+    assert!(bad_target.starts_with("HTTP/1.1 400"), "{bad_target}");
+    assert!(backend.requests.lock().unwrap().is_empty());
+}

@@ -172,6 +172,10 @@ struct ServeArgs {
     /// Largest request head (request line and fields); bigger ones get 431.
     #[arg(long, default_value = "65536")]
     max_request_head_bytes: usize,
+    /// Largest response head a backend may send (status line and fields); a bigger one
+    /// answers 502.
+    #[arg(long, default_value = "65536")]
+    max_response_head_bytes: usize,
     /// Open client connections per worker thread and listening address beyond which new
     /// connections are closed at once, so that established ones keep being served.
     #[arg(long, default_value = "20000")]
@@ -316,6 +320,7 @@ fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Opti
         client_write_timeout: a.client_write_timeout,
         tunnel_idle_timeout: a.tunnel_idle_timeout,
         max_header_bytes: a.max_request_head_bytes,
+        max_response_head_bytes: a.max_response_head_bytes,
         max_connections_per_worker: a.max_connections_per_worker,
         workers,
         dedicated_workers: true,

@@ -18,32 +18,50 @@ pub fn input(yaml: &str) -> Input {
     input
 }
 
-/// Adds one object (any registered kind, by its `kind` field) to `input`.
+/// Adds one object (any registered kind, by its `kind` field) to `input`. Panics on an unknown
+/// kind or an object that does not parse.
 pub fn push(input: &mut Input, value: serde_yaml::Value) {
+    if let Err(e) = try_push(input, value) {
+        panic!("{e}");
+    }
+}
+
+/// Adds one object to `input`, or says why it cannot: no `kind`, a kind the registry does not
+/// know, or an object that does not parse as its kind.
+pub fn try_push(input: &mut Input, value: serde_yaml::Value) -> Result<(), String> {
     struct Push<'i> {
         input: &'i mut Input,
         kind: String,
         value: Option<serde_yaml::Value>,
+        result: Result<(), String>,
     }
     impl KindVisitor for Push<'_> {
         fn visit<K: Kind>(&mut self) {
             if K::kind_name() == self.kind
                 && let Some(v) = self.value.take()
             {
-                let object: K = serde_yaml::from_value(v)
-                    .unwrap_or_else(|e| panic!("{} does not parse: {e}", self.kind));
-                self.input.push(object);
+                match serde_yaml::from_value::<K>(v) {
+                    Ok(object) => self.input.push(object),
+                    Err(e) => self.result = Err(format!("{} does not parse: {e}", self.kind)),
+                }
             }
         }
     }
-    let kind = value["kind"].as_str().expect("a kind").to_string();
+    let kind = value["kind"]
+        .as_str()
+        .ok_or("an object without a kind")?
+        .to_string();
     let mut visit = Push {
         input,
         kind,
         value: Some(value),
+        result: Ok(()),
     };
     for_each_kind(&mut visit);
-    assert!(visit.value.is_none(), "unknown kind {}", visit.kind);
+    if visit.value.is_some() {
+        return Err(format!("unknown kind {}", visit.kind));
+    }
+    visit.result
 }
 
 /// Multi-document YAML of typed objects.

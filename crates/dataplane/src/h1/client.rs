@@ -48,6 +48,7 @@ pub(crate) async fn send(
                 ));
             }
             Err(Failure::Io(e)) => return Err(UpstreamError::Failed(e.into())),
+            Err(Failure::HeadTooLarge) => return Err(UpstreamError::HeadTooLarge),
         }
     };
     let framing = up.head.framing(parts.method == Method::HEAD);
@@ -100,6 +101,8 @@ enum Failure {
     /// End of stream or reset before any response byte.
     Closed,
     Io(io::Error),
+    /// The response head is over the limit.
+    HeadTooLarge,
 }
 
 /// Writes the head in `up.out`, reads the final response head (interim responses skipped: the
@@ -120,8 +123,8 @@ async fn exchange(up: &mut Conn) -> Result<usize, Failure> {
                     continue;
                 }
                 Ok(Some(len)) => return Ok(len),
-                Ok(None) if up.buf.is_full() => {
-                    return Err(Failure::Io(io::Error::other("response head too large")));
+                Ok(None) if up.buf.is_full() && !up.room_for_head() => {
+                    return Err(Failure::HeadTooLarge);
                 }
                 Ok(None) => {}
                 Err(e) => return Err(Failure::Io(io::Error::other(e.reason()))),

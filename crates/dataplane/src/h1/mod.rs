@@ -10,12 +10,12 @@
 //! backends) is handed to the hyper path with the bytes read so far, so both paths share one
 //! router, one set of filters and one set of tests.
 
-mod body;
+pub(crate) mod body;
 mod buf;
 pub(crate) mod client;
 mod date;
 mod deadline;
-mod parse;
+pub(crate) mod parse;
 mod pool;
 mod session;
 mod write;

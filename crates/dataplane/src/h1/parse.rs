@@ -39,12 +39,16 @@ pub(crate) enum HeadError {
     UnsupportedCoding,
     /// 505: not HTTP/1.x.
     Version,
+    /// The request line names no HTTP version at all: the peer is not speaking HTTP/1 (an
+    /// invalid HTTP/2 preface, TLS to a cleartext port), so an HTTP/1 answer would be noise
+    /// to it; the connection is closed without one.
+    NotHttp,
 }
 
 impl HeadError {
     pub(crate) fn status(self) -> u16 {
         match self {
-            HeadError::Bad(_) => 400,
+            HeadError::Bad(_) | HeadError::NotHttp => 400,
             HeadError::TooManyFields => 431,
             HeadError::UnsupportedCoding => 501,
             HeadError::Version => 505,
@@ -57,6 +61,7 @@ impl HeadError {
             HeadError::TooManyFields => "too many header fields",
             HeadError::UnsupportedCoding => "unsupported transfer coding",
             HeadError::Version => "unsupported HTTP version",
+            HeadError::NotHttp => "not an HTTP/1 request line",
         }
     }
 }
@@ -226,8 +231,15 @@ impl RequestHead {
             Ok(httparse::Status::Partial) => return Ok(None),
             Ok(httparse::Status::Complete(n)) => n,
             Err(httparse::Error::Version) if !names_http_version(data) => {
-                // `GET /a b HTTP/1.1`: httparse reads `b` as the version; it is a bad target.
-                return Err(HeadError::Bad("invalid request line"));
+                let Some(end) = data.iter().position(|&b| b == b'\n') else {
+                    // Garbage or a bad target: the rest of the line tells which.
+                    return Ok(None);
+                };
+                if data[..end].windows(5).any(|w| w == b"HTTP/") {
+                    // `GET /a b HTTP/1.1`: httparse reads `b` as the version; a bad target.
+                    return Err(HeadError::Bad("invalid request line"));
+                }
+                return Err(HeadError::NotHttp);
             }
             Err(e) => return Err(e.into()),
         };

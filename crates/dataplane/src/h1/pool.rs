@@ -102,9 +102,23 @@ pub(crate) struct Conn {
     /// Came from the pool (it carried a request before): a failure before any response byte
     /// may be a close that raced the request.
     pub reused: bool,
+    /// Largest response head accepted: the read buffer grows up to this while a head is
+    /// incomplete.
+    max_head: usize,
 }
 
 impl Conn {
+    /// The read buffer is full of an incomplete response head: grows it (doubling) and says
+    /// whether there is room to read more, or the head is over the limit.
+    pub(crate) fn room_for_head(&mut self) -> bool {
+        let capacity = self.buf.capacity();
+        if capacity >= self.max_head {
+            return false;
+        }
+        self.buf.grow_to((capacity * 2).min(self.max_head));
+        true
+    }
+
     /// Still open and silent: no end of stream, error or stray bytes since it was parked.
     fn looks_alive(&self) -> bool {
         if !self.buf.is_empty() {
@@ -127,6 +141,7 @@ pub(crate) struct Pool {
     shards: Box<[Mutex<VecDeque<Idle>>]>,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    max_head: usize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -145,6 +160,7 @@ impl Pool {
         shards: usize,
         connect_timeout: Duration,
         idle_timeout: Duration,
+        max_head: usize,
     ) -> Self {
         Pool {
             addr,
@@ -154,6 +170,7 @@ impl Pool {
                 .collect(),
             connect_timeout,
             idle_timeout,
+            max_head,
         }
     }
 
@@ -191,10 +208,11 @@ impl Pool {
         };
         Ok(Box::new(Conn {
             io,
-            buf: ReadBuf::new(READ_BUFFER),
+            buf: ReadBuf::new(READ_BUFFER.min(self.max_head)),
             head: ResponseHead::default(),
             out: Vec::new(),
             reused: false,
+            max_head: self.max_head,
         }))
     }
 
@@ -245,6 +263,7 @@ mod tests {
             2,
             Duration::from_secs(1),
             Duration::from_secs(60),
+            64 * 1024,
         );
         let (a, accepted) = tokio::join!(pool.connect(), listener.accept());
         let (mut server_a, _) = accepted.unwrap();
@@ -268,6 +287,7 @@ mod tests {
             1,
             Duration::from_secs(1),
             Duration::from_millis(10),
+            64 * 1024,
         );
         let (b, _server_b) = tokio::join!(short.connect(), listener.accept());
         short.checkin(b.unwrap());

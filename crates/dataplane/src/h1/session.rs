@@ -9,7 +9,7 @@
 use super::body::{Encoding, Pipe, PipeError};
 use super::buf::ReadBuf;
 use super::deadline::Deadline;
-use super::parse::{Framing, RequestHead, strip_connection_listed};
+use super::parse::{Framing, HeadError, RequestHead, strip_connection_listed};
 use super::pool::{Conn, Pool};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
@@ -18,6 +18,7 @@ use crate::forwarding::{self, Answer, Decision, RequestParts};
 use crate::headers::HeaderList;
 use crate::limits::{Stall, TimeoutKind, Watch};
 use crate::matchers::{LazyQuery, RequestView};
+use crate::metrics::Side;
 use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{CompiledRoute, CompiledRule, SocketTable};
 use bytes::Bytes;
@@ -89,6 +90,14 @@ where
             Err(ReadHead::Closed) => return Outcome::Closed,
             Err(ReadHead::Refused(status, why)) => {
                 debug!(peer = ?session.conn.client_ip, status, why, "request refused");
+                if status == 431 {
+                    session
+                        .conn
+                        .socket
+                        .shared
+                        .metrics
+                        .head_too_large(Side::Request);
+                }
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
                 session.fields.clear();
                 session.fields.push(b"content-type", b"text/plain");
@@ -188,6 +197,10 @@ where
                     match self.head.parse(data) {
                         Ok(Some(len)) => return Ok(len),
                         Ok(None) => {}
+                        Err(HeadError::NotHttp) => {
+                            debug!(peer = ?self.conn.client_ip, "not HTTP/1; closing");
+                            return Err(ReadHead::Closed);
+                        }
                         Err(e) => return Err(ReadHead::Refused(e.status(), e.reason())),
                     }
                 }
@@ -475,6 +488,19 @@ where
                         keep_client: false,
                     };
                 }
+                Err(SendError::HeadTooLarge) => {
+                    self.conn
+                        .socket
+                        .shared
+                        .metrics
+                        .head_too_large(Side::Response);
+                    debug!(cluster = &*cluster.name, "response head too large");
+                    self.up_out = req_pipe.into_out();
+                    return self.fail(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream response head too large\n",
+                    );
+                }
                 Err(SendError::MalformedBody) => {
                     return Exchanged::Failed {
                         status: StatusCode::BAD_REQUEST,
@@ -633,7 +659,8 @@ where
                     keep_client: false,
                 }
             }
-            Err(SendError::Upstream { .. }) => {
+            // (No head is read while the body streams.)
+            Err(SendError::Upstream { .. } | SendError::HeadTooLarge) => {
                 debug!(
                     cluster = &*cluster.name,
                     "upstream response body ended early"
@@ -734,6 +761,8 @@ enum SendError {
     MalformedBody,
     /// The backend failed; `before_response`: no byte of its response arrived.
     Upstream { before_response: bool },
+    /// The backend's response head is over `--max-response-head-bytes`.
+    HeadTooLarge,
 }
 
 /// Writes the request (head and body) while reading the response head; interim responses are
@@ -802,10 +831,8 @@ where
                         }
                         return Poll::Ready(Ok(len));
                     }
-                    Ok(None) if up.buf.is_full() => {
-                        return Poll::Ready(Err(SendError::Upstream {
-                            before_response: false,
-                        }));
+                    Ok(None) if up.buf.is_full() && !up.room_for_head() => {
+                        return Poll::Ready(Err(SendError::HeadTooLarge));
                     }
                     Ok(None) => {}
                     Err(e) => {

@@ -70,6 +70,23 @@ async fn alpn_negotiates_h2_and_http2_works_over_tls() {
             .status,
         200
     );
+
+    // A connection that negotiated h2 is HTTP/2 from its first byte: an invalid preface is
+    // an HTTP/2 connection error (GOAWAY or close), never answered as HTTP/1 (h2spec 3.5/2).
+    let mut stream = connect(port, "cafe.example.com", &h2).await.unwrap();
+    stream
+        .write_all(b"INVALID CONNECTION PREFACE\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+        .await
+        .expect("the connection is closed");
+    assert!(
+        !answer.starts_with(b"HTTP/1"),
+        "answered as HTTP/1: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
     dp.shutdown(Duration::from_secs(1)).await;
 }
 
