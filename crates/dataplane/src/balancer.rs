@@ -69,6 +69,14 @@ impl<T> RoundRobin<T> {
         }
     }
 
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     pub(crate) fn next(&self) -> Option<&T> {
         if self.items.is_empty() {
             return None;

@@ -210,10 +210,13 @@ impl Compiler<'_> {
                 h2,
                 pool,
                 tls: tls.clone(),
+                health: self.upstreams.health(addr),
             });
         }
         ClusterState {
             connect_failures: self.metrics.cluster_connect_failures(&name),
+            retries: self.metrics.cluster_retries(&name),
+            ejections: self.metrics.cluster_ejections(&name),
             name,
             endpoints: RoundRobin::new(endpoints),
             tls_broken,

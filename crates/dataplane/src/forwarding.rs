@@ -86,7 +86,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + ?Sized>(
             backend_filters: filters,
         };
     }
-    let Some(endpoint) = cluster.endpoints.next() else {
+    let Some(endpoint) = cluster.pick() else {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy endpoints\n",

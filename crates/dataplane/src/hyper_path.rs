@@ -363,12 +363,9 @@ async fn forward(
 
     // Bodiless requests to HTTP/1 backends go over the HTTP/1 path's pooled connections, in
     // this task; the rest (request bodies, upgrades, h2c) over hyper's clients.
-    if let Some(pool) = &endpoint.pool
-        && downstream_upgrade.is_none()
-        && req.body().is_end_stream()
-    {
+    if endpoint.pool.is_some() && downstream_upgrade.is_none() && req.body().is_end_stream() {
         let (parts, _) = req.into_parts();
-        let sent = Box::pin(h1::client::send(pool, &parts));
+        let sent = Box::pin(h1::client::send(cluster, endpoint, &parts));
         let result = match rule.timeout {
             Some(limit) => match tokio::time::timeout(limit, sent).await {
                 Ok(result) => result,
@@ -402,9 +399,19 @@ async fn forward(
         },
         None => sent.await,
     };
+    // Requests with bodies, upgrades and h2c are not retried elsewhere: hyper's client has
+    // taken the request by the time it reports the failed connect.
     let mut resp = match result {
-        Ok(resp) => resp,
-        Err(error) => return upstream_failed(cluster, endpoint, error, &shared.metrics, fail),
+        Ok(resp) => {
+            endpoint.health.success();
+            resp
+        }
+        Err(error) => {
+            if matches!(error, UpstreamError::Connect(_)) {
+                cluster.connect_failed(endpoint);
+            }
+            return upstream_failed(cluster, endpoint, error, &shared.metrics, fail);
+        }
     };
 
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
@@ -425,8 +432,8 @@ fn upstream_failed(
     fail: impl FnOnce(StatusCode, &'static str) -> Response<ResponseBody>,
 ) -> Response<ResponseBody> {
     match error {
+        // (Connect failures were counted against the endpoint where they happened.)
         UpstreamError::Connect(error) => {
-            cluster.connect_failures.inc();
             debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
             fail(StatusCode::BAD_GATEWAY, "upstream connect error\n")
         }

@@ -25,6 +25,7 @@ mod forwarding;
 pub mod fuzzing;
 mod h1;
 mod headers;
+mod health;
 mod hyper_path;
 mod limits;
 mod listeners;

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) duration: HistogramFamily,
     pub(crate) connect_failures: Family<ClusterLabels, Counter>,
+    pub(crate) retries: Family<ClusterLabels, Counter>,
+    pub(crate) ejections: Family<ClusterLabels, Counter>,
     pub(crate) connections_active: Gauge,
     pub(crate) connections_total: Counter,
     pub(crate) tls_handshakes: Family<ListenerLabels, Counter>,
@@ -114,6 +116,8 @@ impl Metrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
             connect_failures: Family::default(),
+            retries: Family::default(),
+            ejections: Family::default(),
             connections_active: Gauge::default(),
             connections_total: Counter::default(),
             tls_handshakes: Family::default(),
@@ -181,6 +185,16 @@ impl Metrics {
             "gatehouse_upstream_connect_failures",
             "Failed connection attempts to backend endpoints",
             metrics.connect_failures.clone(),
+        );
+        registry.register(
+            "gatehouse_upstream_retries",
+            "Requests sent to another endpoint after a connect failure, by cluster",
+            metrics.retries.clone(),
+        );
+        registry.register(
+            "gatehouse_upstream_ejections",
+            "Endpoints taken out of rotation after consecutive connect failures, by cluster",
+            metrics.ejections.clone(),
         );
         registry.register(
             "gatehouse_downstream_connections_active",
@@ -278,6 +292,18 @@ impl Metrics {
         self.certificate_expiry.remove(&CertificateLabels {
             certificate: certificate.to_owned(),
         });
+    }
+
+    pub(crate) fn cluster_retries(&self, cluster: &Arc<str>) -> Counter {
+        self.retries.get_or_create_owned(&ClusterLabels {
+            cluster: cluster.clone(),
+        })
+    }
+
+    pub(crate) fn cluster_ejections(&self, cluster: &Arc<str>) -> Counter {
+        self.ejections.get_or_create_owned(&ClusterLabels {
+            cluster: cluster.clone(),
+        })
     }
 
     pub(crate) fn cluster_connect_failures(&self, cluster: &Arc<str>) -> Counter {

@@ -16,7 +16,6 @@ pub(crate) struct TcpTarget {
     route: Arc<str>,
     cluster: Arc<ClusterState>,
     addr: SocketAddr,
-    tls: Option<Arc<TlsUpstream>>,
 }
 
 /// Route, backend and endpoint for `sni` (empty: no SNI), picked up front so that the tunnel
@@ -30,12 +29,11 @@ pub(crate) fn pick(listener: &CompiledListener, sni: &str) -> Result<TcpTarget, 
     let Some(Target::Cluster(cluster)) = route.backends.pick() else {
         return Err("route has no usable backend");
     };
-    let endpoint = cluster.endpoints.next().ok_or("cluster has no endpoints")?;
+    let endpoint = cluster.pick().ok_or("cluster has no endpoints")?;
     Ok(TcpTarget {
         route: route.route.clone(),
         cluster: cluster.clone(),
         addr: endpoint.addr,
-        tls: endpoint.tls.clone(),
     })
 }
 
@@ -57,7 +55,6 @@ where
         route,
         cluster,
         addr,
-        tls,
     } = target;
     if reencrypt && cluster.tls_broken {
         debug!(
@@ -67,21 +64,51 @@ where
         );
         return Err(());
     }
-    let failed = |what: &dyn std::fmt::Display| {
-        cluster.connect_failures.inc();
-        debug!(route = &*route, cluster = &*cluster.name, endpoint = %addr, "TLSRoute backend: {what}");
-        Err(())
-    };
-    let tcp = match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return failed(&format_args!("connect failed: {error}")),
-        Err(_) => return failed(&"connect timed out"),
+    // The endpoint picked up front, then others of the cluster when connecting fails: nothing
+    // of the client's stream was sent yet.
+    let mut endpoint = cluster
+        .endpoints_iter()
+        .find(|e| e.addr == addr)
+        .ok_or(())?;
+    let mut attempt = 0;
+    let tcp = loop {
+        match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(endpoint.addr)).await
+        {
+            Ok(Ok(stream)) => break stream,
+            Ok(Err(error)) => {
+                debug!(route = &*route, cluster = &*cluster.name, endpoint = %endpoint.addr, "TLSRoute backend: connect failed: {error}");
+            }
+            Err(_) => {
+                debug!(route = &*route, cluster = &*cluster.name, endpoint = %endpoint.addr, "TLSRoute backend: connect timed out");
+            }
+        }
+        cluster.connect_failed(endpoint);
+        attempt += 1;
+        match cluster.pick_other(endpoint.addr) {
+            Some(next) if attempt <= crate::h1::CONNECT_RETRIES => {
+                cluster.retries.inc();
+                endpoint = next;
+            }
+            _ => return Err(()),
+        }
     };
     let _ = tcp.set_nodelay(true);
+    let failed = |what: &dyn std::fmt::Display| {
+        cluster.connect_failures.inc();
+        debug!(route = &*route, cluster = &*cluster.name, endpoint = %endpoint.addr, "TLSRoute backend: {what}");
+        Err(())
+    };
+    let tls: Option<&Arc<TlsUpstream>> = endpoint.tls.as_ref();
     match tls.filter(|_| reencrypt) {
-        None => pipe(client, tcp, first, &route, &cluster, shared).await,
+        None => {
+            endpoint.health.success();
+            pipe(client, tcp, first, &route, &cluster, shared).await
+        }
         Some(tls) => match tokio::time::timeout(shared.connect_timeout, tls.connect(tcp)).await {
-            Ok(Ok(upstream)) => pipe(client, upstream, first, &route, &cluster, shared).await,
+            Ok(Ok(upstream)) => {
+                endpoint.health.success();
+                pipe(client, upstream, first, &route, &cluster, shared).await
+            }
             Ok(Err(error)) => failed(&format_args!("TLS handshake failed: {error}")),
             Err(_) => failed(&"TLS handshake timed out"),
         },

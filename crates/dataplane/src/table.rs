@@ -4,6 +4,7 @@
 
 use crate::balancer::{RoundRobin, Weighted};
 use crate::filters::Filter;
+use crate::health::EndpointHealth;
 use crate::matchers::RequestMatcher;
 use crate::metrics::RouteMetrics;
 use crate::router::{HostTable, RouteTable};
@@ -104,6 +105,10 @@ pub(crate) struct ClusterState {
     pub name: Arc<str>,
     pub endpoints: RoundRobin<Endpoint>,
     pub connect_failures: Counter,
+    /// Requests sent to another endpoint after a connect failure.
+    pub retries: Counter,
+    /// Endpoints taken out of rotation by passive health checking.
+    pub ejections: Counter,
     /// The cluster asks for backend TLS whose settings do not load: HTTP requests get a 502
     /// rather than going out in the clear or unverified.
     pub tls_broken: bool,
@@ -120,4 +125,47 @@ pub(crate) struct Endpoint {
     pub pool: Option<Arc<crate::h1::Pool>>,
     /// Backend TLS; HTTP/1 requests go through its client, h2 ones under its connection.
     pub tls: Option<Arc<TlsUpstream>>,
+    pub health: Arc<EndpointHealth>,
+}
+
+impl ClusterState {
+    /// The next endpoint in rotation that is not ejected; if every one is, the next one
+    /// anyway (see `health`).
+    pub(crate) fn pick(&self) -> Option<&Endpoint> {
+        let first = self.endpoints.next()?;
+        if !first.health.is_ejected() {
+            return Some(first);
+        }
+        for _ in 1..self.endpoints.len() {
+            let e = self.endpoints.next()?;
+            if !e.health.is_ejected() {
+                return Some(e);
+            }
+        }
+        Some(first)
+    }
+
+    pub(crate) fn endpoints_iter(&self) -> impl Iterator<Item = &Endpoint> {
+        self.endpoints.iter()
+    }
+
+    /// An endpoint to retry on after `failed` refused: another healthy one if there is one.
+    pub(crate) fn pick_other(&self, failed: SocketAddr) -> Option<&Endpoint> {
+        (0..self.endpoints.len())
+            .filter_map(|_| self.endpoints.next())
+            .find(|e| e.addr != failed && !e.health.is_ejected())
+    }
+
+    /// Records that a connection to `endpoint` failed before the request reached it.
+    pub(crate) fn connect_failed(&self, endpoint: &Endpoint) {
+        self.connect_failures.inc();
+        if endpoint.health.failure() {
+            self.ejections.inc();
+            tracing::info!(
+                cluster = &*self.name,
+                endpoint = %endpoint.addr,
+                "endpoint ejected: it keeps refusing connections"
+            );
+        }
+    }
 }

@@ -14,6 +14,7 @@
 
 use crate::Options;
 use crate::h1;
+use crate::health::EndpointHealth;
 use crate::limits::IdleBody;
 use crate::table::Endpoint;
 use crate::tls::{ClientKey, Reuse};
@@ -56,6 +57,9 @@ pub(crate) struct Upstreams {
     h2: Mutex<HashMap<(SocketAddr, usize), Weak<H2Endpoint>>>,
     /// HTTP/1 pools by endpoint, like `h2`; also walked by the idle sweeper.
     h1: Mutex<HashMap<(SocketAddr, usize), Weak<h1::Pool>>>,
+    /// Passive health by endpoint address, shared by every cluster that has the address and
+    /// kept across applies while one does.
+    health: Mutex<HashMap<SocketAddr, Weak<EndpointHealth>>>,
     /// Shards of every HTTP/1 pool: one per worker thread.
     pool_shards: usize,
     /// Compile time only: backend TLS clients by their settings.
@@ -91,6 +95,7 @@ impl Upstreams {
             http1,
             h2: Mutex::new(HashMap::new()),
             h1: Mutex::new(HashMap::new()),
+            health: Mutex::new(HashMap::new()),
             pool_shards: options.workers.max(1),
             tls: Mutex::new(Reuse::default()),
             connect_timeout: options.connect_timeout,
@@ -118,6 +123,18 @@ impl Upstreams {
         });
         map.insert(key, Arc::downgrade(&endpoint));
         endpoint
+    }
+
+    /// The passive health of the endpoint at `addr`, kept across applies while some endpoint
+    /// uses it.
+    pub(crate) fn health(&self, addr: SocketAddr) -> Arc<EndpointHealth> {
+        let mut map = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = map.get(&addr).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let health = Arc::new(EndpointHealth::default());
+        map.insert(addr, Arc::downgrade(&health));
+        health
     }
 
     /// The HTTP/1 pool of an endpoint, kept across applies while some endpoint uses it.
@@ -179,6 +196,9 @@ impl Upstreams {
         map.retain(|_, w| w.strong_count() > 0);
         drop(map);
         let mut map = self.h1.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        drop(map);
+        let mut map = self.health.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         drop(map);
         self.tls.lock().unwrap_or_else(|e| e.into_inner()).finish();

@@ -737,3 +737,21 @@ async fn a_peer_not_speaking_http1_is_closed_without_an_answer() {
     assert!(bad_target.starts_with("HTTP/1.1 400"), "{bad_target}");
     assert!(backend.requests.lock().unwrap().is_empty());
 }
+
+/// Found by fuzzing (fuzz/fuzz_targets/h1_response.rs): a backend whose status line has no
+/// reason phrase (`HTTP/1.1 200`, allowed by RFC 9112) broke the HTTP/1 path's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_line_without_reason_phrase_is_proxied() {
+    let backend = raw_backend(|_, _| {
+        Some((
+            b"HTTP/1.1 200\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+            false,
+        ))
+    })
+    .await;
+    let (port, _dp, _) = gateway_to(backend.addr, Options::default()).await;
+    let answer = raw_exchange(port, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("ok"), "{answer}");
+    assert_eq!(h2_status(port, "/", None).await, 200);
+}

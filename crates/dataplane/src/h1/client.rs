@@ -6,8 +6,9 @@
 //! hyper-util's client, which streams request bodies.
 
 use super::body::Decoder;
-use super::pool::{Conn, Pool};
+use super::pool::{Conn, Pool, checkout_or_connect};
 use crate::headers::HeaderList;
+use crate::table::{ClusterState, Endpoint};
 use crate::upstream::{BoxError, UpstreamError};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
@@ -21,18 +22,24 @@ use tokio::io::AsyncWriteExt;
 
 /// Sends a request without a body (its head in `parts`, URI in origin or absolute form) and
 /// returns the response head with a body streaming from the connection.
+/// Goes to `endpoint`, or to another endpoint of `cluster` when connecting to it fails (see
+/// [`checkout_or_connect`]).
 pub(crate) async fn send(
-    pool: &Arc<Pool>,
+    cluster: &ClusterState,
+    endpoint: &Endpoint,
     parts: &http::request::Parts,
 ) -> Result<Response<PooledBody>, UpstreamError> {
     let idempotent = matches!(
         parts.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     );
-    let mut up = match pool.checkout() {
-        Some(up) => up,
-        None => pool.connect().await.map_err(UpstreamError::Connect)?,
-    };
+    let (mut up, endpoint) = checkout_or_connect(cluster, endpoint)
+        .await
+        .map_err(UpstreamError::Connect)?;
+    let pool = endpoint
+        .pool
+        .as_ref()
+        .expect("checkout_or_connect uses the pool");
     let len = loop {
         up.out.clear();
         write_head(&mut up.out, parts);
@@ -40,7 +47,10 @@ pub(crate) async fn send(
             Ok(len) => break len,
             // A kept-alive connection the backend closed meanwhile: once more on a new one.
             Err(Failure::Closed) if up.reused && idempotent => {
-                up = pool.connect().await.map_err(UpstreamError::Connect)?;
+                up = pool.connect().await.map_err(|e| {
+                    cluster.connect_failed(endpoint);
+                    UpstreamError::Connect(e)
+                })?;
             }
             Err(Failure::Closed) => {
                 return Err(UpstreamError::Failed(
@@ -51,6 +61,7 @@ pub(crate) async fn send(
             Err(Failure::HeadTooLarge) => return Err(UpstreamError::HeadTooLarge),
         }
     };
+    endpoint.health.success();
     let framing = up.head.framing(parts.method == Method::HEAD);
     let status = StatusCode::from_u16(up.head.status)
         .map_err(|e| UpstreamError::Failed(Box::new(e) as BoxError))?;

@@ -10,6 +10,7 @@
 
 use super::buf::ReadBuf;
 use super::parse::ResponseHead;
+use crate::table::{ClusterState, Endpoint};
 use crate::upstream::{BoxError, TlsUpstream};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -244,6 +245,43 @@ impl Pool {
     #[cfg(test)]
     pub(crate) fn idle_count(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap().len()).sum()
+    }
+}
+
+/// Connections to other endpoints after a refused one, per request.
+pub(crate) const CONNECT_RETRIES: usize = 2;
+
+/// A connection for a request to `endpoint` of `cluster`: a pooled one, else a new one; when
+/// connecting fails (nothing of the request was sent, so any request may go elsewhere) the
+/// failure counts against the endpoint's health and another endpoint is tried, up to
+/// [`CONNECT_RETRIES`] times. Returns the connection and the endpoint it goes to.
+pub(crate) async fn checkout_or_connect<'e>(
+    cluster: &'e ClusterState,
+    endpoint: &'e Endpoint,
+) -> Result<(Box<Conn>, &'e Endpoint), BoxError> {
+    let mut endpoint = endpoint;
+    let mut attempt = 0;
+    loop {
+        let Some(pool) = endpoint.pool.as_deref() else {
+            return Err("the endpoint has no HTTP/1 pool".into());
+        };
+        if let Some(up) = pool.checkout() {
+            return Ok((up, endpoint));
+        }
+        let error = match pool.connect().await {
+            Ok(up) => return Ok((up, endpoint)),
+            Err(error) => error,
+        };
+        cluster.connect_failed(endpoint);
+        tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
+        attempt += 1;
+        match cluster.pick_other(endpoint.addr) {
+            Some(next) if attempt <= CONNECT_RETRIES => {
+                cluster.retries.inc();
+                endpoint = next;
+            }
+            _ => return Err(error),
+        }
     }
 }
 

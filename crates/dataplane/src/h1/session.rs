@@ -10,7 +10,7 @@ use super::body::{Encoding, Pipe, PipeError};
 use super::buf::ReadBuf;
 use super::deadline::Deadline;
 use super::parse::{Framing, HeadError, RequestHead, strip_connection_listed};
-use super::pool::{Conn, Pool};
+use super::pool::{Conn, checkout_or_connect};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
 use crate::filters::Filter;
@@ -343,10 +343,10 @@ where
                 rewrite,
             } => (cluster, endpoint, backend_filters, rewrite),
         };
-        let Some(pool) = endpoint.pool.as_deref() else {
+        if endpoint.pool.is_none() {
             // An h2c backend: hyper's client speaks HTTP/2 to it.
             return (Next::Handoff, None);
-        };
+        }
         self.buf.consume(len);
 
         let head = &self.head;
@@ -372,7 +372,14 @@ where
         );
         let close_after = !self.head.keep_alive || draining;
         let exchanged = self
-            .exchange(pool, rule, backend_filters, close_after, cluster, started)
+            .exchange(
+                endpoint,
+                rule,
+                backend_filters,
+                close_after,
+                cluster,
+                started,
+            )
             .await;
         match exchanged {
             Exchanged::Responded {
@@ -410,7 +417,7 @@ where
     /// Sends the request (head in `up_out`, body from the client) and the response back.
     async fn exchange(
         &mut self,
-        pool: &Pool,
+        endpoint: &crate::table::Endpoint,
         rule: &CompiledRule,
         backend_filters: &[Filter],
         close_after: bool,
@@ -423,17 +430,16 @@ where
         // Without a body the request can be sent again if a kept-alive connection turns out
         // to have been closed by the backend meanwhile.
         let replayable = body == Framing::None;
-        let mut up = match pool.checkout() {
-            Some(up) => up,
-            None => match pool.connect().await {
-                Ok(up) => up,
-                Err(error) => {
-                    cluster.connect_failures.inc();
-                    debug!(cluster = &*cluster.name, %error, "upstream connect failed");
-                    return self.fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
-                }
-            },
+        // (The head in `up_out` names no endpoint, except as Host for an HTTP/1.0 request
+        // without one: a retry on another endpoint sends it unchanged.)
+        let (mut up, endpoint) = match checkout_or_connect(cluster, endpoint).await {
+            Ok(connected) => connected,
+            Err(_) => return self.fail(StatusCode::BAD_GATEWAY, "upstream connect error\n"),
         };
+        let pool = endpoint
+            .pool
+            .as_deref()
+            .expect("checkout_or_connect uses the pool");
         let mut attempt = 0;
         let (status_len, req_pipe) = loop {
             attempt += 1;
@@ -528,7 +534,7 @@ where
                         up = match pool.connect().await {
                             Ok(up) => up,
                             Err(error) => {
-                                cluster.connect_failures.inc();
+                                cluster.connect_failed(endpoint);
                                 debug!(cluster = &*cluster.name, %error, "upstream connect failed");
                                 return self
                                     .fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
@@ -543,6 +549,7 @@ where
             }
         };
         let mut req_pipe = req_pipe;
+        endpoint.health.success();
 
         // The final response head.
         let framing = up.head.framing(head_request);

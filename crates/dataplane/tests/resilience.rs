@@ -1,0 +1,140 @@
+//! A backend endpoint that refuses connections (a pod that is gone or going): requests that
+//! picked it go to another endpoint instead of failing, and the endpoint is ejected so that
+//! later requests stop trying it. On the HTTP/1 path (with and without a body) and hyper's
+//! (HTTP/2 clients).
+
+mod common;
+
+use bytes::Bytes;
+use common::raw::*;
+use common::*;
+use gatehouse_dataplane::Options;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::SocketAddr;
+use tokio::net::TcpStream;
+
+/// An address nothing listens on: bound once to get a free port, then closed.
+fn refusing_address() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_endpoint_costs_no_request_and_is_ejected() {
+    let live = raw_backend(|_, _| ok("live")).await;
+    let dead = refusing_address();
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        // The dead endpoint first, twice: round-robin picks it often.
+        vec![http1("b", vec![dead, live.addr, dead])],
+    );
+    let (dp, registry) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    let failures = || {
+        metric(
+            &registry,
+            r#"gatehouse_upstream_connect_failures_total{cluster="b"}"#,
+        )
+    };
+
+    // The HTTP/1 path, a new connection per request, bodiless and with a body.
+    for i in 0..30 {
+        let request: &[u8] = if i % 2 == 0 {
+            b"GET / HTTP/1.1\r\nhost: h\r\n\r\n"
+        } else {
+            b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 4\r\n\r\nbody"
+        };
+        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut c, request)
+            .await
+            .unwrap();
+        let mut pending = Vec::new();
+        let response = read_response(&mut c, &mut pending, false).await;
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "request {i}: {response}"
+        );
+    }
+    let retries = metric(
+        &registry,
+        r#"gatehouse_upstream_retries_total{cluster="b"}"#,
+    );
+    assert!(
+        retries >= 1.0,
+        "requests that picked the dead endpoint were retried"
+    );
+    assert!(
+        metric(
+            &registry,
+            r#"gatehouse_upstream_ejections_total{cluster="b"}"#
+        ) >= 1.0,
+        "the dead endpoint was ejected"
+    );
+    // Once ejected (after two failures) it is skipped: the 30 requests, about 20 of which
+    // picked it first, cost a couple of failed connects, not 20.
+    let after_http1 = failures();
+    assert!(after_http1 <= 3.0, "{after_http1} connect failures");
+
+    // hyper's path (HTTP/2 client, bodiless and with a body): the endpoint is still ejected.
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for i in 0..20 {
+        let req = if i % 2 == 0 {
+            Request::get("http://h/").body(Full::new(Bytes::new()))
+        } else {
+            Request::post("http://h/").body(Full::new(Bytes::from_static(b"body")))
+        }
+        .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "h2 request {i}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"live");
+    }
+    assert_eq!(
+        failures(),
+        after_http1,
+        "no connect to the ejected endpoint"
+    );
+    assert_eq!(live.requests.lock().unwrap().len(), 50);
+}
+
+/// Every endpoint refusing: ejection cannot help, the client gets a clean 502 (not a hang),
+/// after the allowed retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_endpoint_refuses_the_answer_is_502() {
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", vec![refusing_address(), refusing_address()])],
+    );
+    let (dp, _registry) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    for _ in 0..5 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n")
+            .await
+            .unwrap();
+        let mut pending = Vec::new();
+        let response = read_response(&mut c, &mut pending, false).await;
+        assert!(response.starts_with("HTTP/1.1 502"), "{response}");
+    }
+}
