@@ -1,8 +1,10 @@
 //! GatewayClasses and Gateways: which are ours, their addresses, and every listener's conditions.
 
 use crate::conditions::{condition, names::*};
+use crate::infrastructure::{self, Propagated};
 use crate::listener_tls::{self, Problem, TlsProblem};
 use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, selector_matches};
+use crate::parameters::{self, Layer, ResolvedParameters};
 use crate::refs::Refs;
 use crate::{Options, SUPPORTED_FEATURES};
 use gatehouse_ir as ir;
@@ -14,35 +16,45 @@ use gateway_api::apis::standard::gateways::{
     GatewayStatusAddresses, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Statuses of the GatewayClasses that name our controller, and the names of the accepted ones.
-pub fn classes(
+/// The accepted GatewayClasses of our controller by name, with the GatehouseParameters their
+/// parametersRef names (already checked on their own).
+pub type OurClasses<'a> = BTreeMap<String, Option<Layer<'a>>>;
+
+/// Statuses of the GatewayClasses that name our controller, and the accepted ones.
+pub fn classes<'a>(
     classes: &[GatewayClass],
     controller: &str,
-) -> (BTreeMap<String, GatewayClassStatus>, BTreeSet<String>) {
+    parameters: &'a parameters::Index<'a>,
+) -> (BTreeMap<String, GatewayClassStatus>, OurClasses<'a>) {
     let mut statuses = BTreeMap::new();
-    let mut accepted = BTreeSet::new();
+    let mut accepted = BTreeMap::new();
     for class in classes
         .iter()
         .filter(|c| c.spec.controller_name == controller)
     {
         let name = class.metadata.name.clone().unwrap_or_default();
         let generation = class.metadata.generation;
-        let cond = match &class.spec.parameters_ref {
-            Some(p) => condition(
-                ACCEPTED,
-                false,
-                INVALID_PARAMETERS,
-                format!(
-                    "parametersRef {}/{} is not supported by Gatehouse",
-                    p.kind, p.name
-                ),
-                generation,
-            ),
-            None => {
-                accepted.insert(name.clone());
+        // A class's parameters are the defaults of every Gateway of the class, so they must
+        // hold on their own, whatever a Gateway's parameters would override.
+        let layer = match &class.spec.parameters_ref {
+            None => Ok(None),
+            Some(r) => parameters::lookup(
+                parameters,
+                &r.group,
+                &r.kind,
+                r.namespace.as_deref(),
+                &r.name,
+            )
+            .map_err(|why| format!("spec.parametersRef: {why}"))
+            .and_then(|layer| parameters::resolve(&[layer]).map(|_| Some(layer))),
+        };
+        let cond = match layer {
+            Err(why) => condition(ACCEPTED, false, INVALID_PARAMETERS, why, generation),
+            Ok(layer) => {
+                accepted.insert(name.clone(), layer);
                 condition(
                     ACCEPTED,
                     true,
@@ -115,6 +127,11 @@ impl ListenerCtx {
             && self.conditions.tls_problem.is_none()
     }
 
+    /// The listener's protocol is one Gatehouse serves (whatever else is wrong with it).
+    pub fn protocol_served(&self) -> bool {
+        self.conditions.unsupported_protocol.is_none()
+    }
+
     /// Why routes attached here get no traffic because another Gateway holds the socket.
     pub fn taken_by(&self) -> Option<&str> {
         self.conditions.taken_by.as_deref()
@@ -156,30 +173,49 @@ impl ListenerCtx {
 pub struct GatewayCtx<'a> {
     pub key: ObjectKey,
     pub object: &'a Gateway,
-    /// `None` when the Gateway asks for an address Gatehouse cannot serve on.
+    /// `None` when the Gateway cannot be served: it asks for an address Gatehouse cannot serve
+    /// on, or its parameters are invalid ([`GatewayCtx::problem`]).
     pub address: Option<IpAddr>,
-    address_problem: Option<String>,
+    problem: Option<GatewayProblem>,
+    /// `None` when they are invalid.
+    pub parameters: Option<ResolvedParameters>,
+    /// spec.infrastructure labels and annotations, checked.
+    pub(crate) propagated: Propagated,
     pub listeners: Vec<ListenerCtx>,
     /// spec.tls.backend.clientCertificateRef, resolved to a certificate name.
     pub backend_client_certificate: Result<Option<String>, Problem>,
 }
 
+/// Why a whole Gateway cannot be served.
+#[derive(Debug)]
+enum GatewayProblem {
+    /// Its parametersRef does not resolve, or the merged parameters are invalid.
+    Parameters(String),
+    /// It asks for an address Gatehouse cannot serve on.
+    Address(String),
+}
+
 /// Our Gateways (class accepted and ours), oldest first.
 pub fn gateways<'a>(
     gateways: &'a [Gateway],
-    our_classes: &BTreeSet<String>,
+    our_classes: &OurClasses<'_>,
+    parameters: &parameters::Index<'_>,
     options: &Options,
     refs: &Refs,
     certificates: &mut BTreeMap<String, ir::Certificate>,
 ) -> Vec<GatewayCtx<'a>> {
-    let mut ours: Vec<&Gateway> = gateways
+    let mut ours: Vec<(&Gateway, Option<Layer>)> = gateways
         .iter()
-        .filter(|g| our_classes.contains(&g.spec.gateway_class_name))
+        .filter_map(|g| {
+            our_classes
+                .get(&g.spec.gateway_class_name)
+                .map(|class| (g, *class))
+        })
         .collect();
-    ours.sort_by_key(|g| age_key(&g.metadata));
+    ours.sort_by_key(|(g, _)| age_key(&g.metadata));
     let mut gateways: Vec<GatewayCtx> = ours
         .into_iter()
-        .map(|g| gateway(g, options, refs, certificates))
+        .map(|(g, class)| gateway(g, class, parameters, options, refs, certificates))
         .collect();
     mark_cross_gateway_conflicts(&mut gateways);
     gateways
@@ -254,12 +290,25 @@ fn family(protocol: &str) -> &'static str {
 
 fn gateway<'a>(
     gw: &'a Gateway,
+    class: Option<Layer<'_>>,
+    index: &parameters::Index<'_>,
     options: &Options,
     refs: &Refs,
     certificates: &mut BTreeMap<String, ir::Certificate>,
 ) -> GatewayCtx<'a> {
     let key = ObjectKey::of(&gw.metadata);
-    let (address, address_problem) = address(gw, &key, options);
+    let (parameters, problem, address) = match gateway_parameters(gw, &key, class, index) {
+        // Invalid parameters leave nothing to provision, so nothing to bind either.
+        Err(why) => (None, Some(GatewayProblem::Parameters(why)), None),
+        Ok(parameters) => match address(gw, &key, options) {
+            (address, None) => (Some(parameters), None, address),
+            (address, Some(why)) => (
+                Some(parameters),
+                Some(GatewayProblem::Address(why)),
+                address,
+            ),
+        },
+    };
     let mut listeners: Vec<ListenerCtx> = gw
         .spec
         .listeners
@@ -305,10 +354,34 @@ fn gateway<'a>(
         key,
         object: gw,
         address,
-        address_problem,
+        problem,
+        parameters,
+        propagated: infrastructure::propagated(gw),
         listeners,
         backend_client_certificate,
     }
+}
+
+/// The Gateway's own GatehouseParameters (spec.infrastructure.parametersRef, always in its
+/// namespace) over its class's, over the defaults.
+fn gateway_parameters(
+    gw: &Gateway,
+    key: &ObjectKey,
+    class: Option<Layer<'_>>,
+    index: &parameters::Index<'_>,
+) -> Result<ResolvedParameters, String> {
+    let mut layers: Vec<Layer> = class.into_iter().collect();
+    if let Some(r) = gw
+        .spec
+        .infrastructure
+        .as_ref()
+        .and_then(|i| i.parameters_ref.as_ref())
+    {
+        let own = parameters::lookup(index, &r.group, &r.kind, Some(&key.namespace), &r.name)
+            .map_err(|why| format!("spec.infrastructure.parametersRef: {why}"))?;
+        layers.push(own);
+    }
+    parameters::resolve(&layers)
 }
 
 fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> (Option<IpAddr>, Option<String>) {
@@ -443,16 +516,31 @@ fn mark_conflicts(listeners: &mut [ListenerCtx]) {
 /// The Gateway's status once routes have been attached (attachedRoutes is known).
 pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> GatewayStatus {
     let generation = gw.object.metadata.generation;
+    // Programmed on each listener says why not with the Gateway's own problem first.
+    let gateway_problem = gw.problem.as_ref().map(|p| match p {
+        GatewayProblem::Parameters(why) => format!("the Gateway's parameters are invalid: {why}"),
+        GatewayProblem::Address(why) => format!("the Gateway's address cannot be used: {why}"),
+    });
     let listeners: Vec<GatewayStatusListeners> = gw
         .listeners
         .iter()
-        .map(|l| listener_status(l, gw.address_problem.as_deref(), generation))
+        .map(|l| listener_status(l, gateway_problem.as_deref(), generation))
         .collect();
     let programmed = gw.listeners.iter().filter(|l| l.programmable()).count();
     let all_valid = programmed == gw.listeners.len();
 
-    let (accepted, programmed_cond) = match &gw.address_problem {
-        Some(problem) => (
+    let (accepted, programmed_cond) = match &gw.problem {
+        Some(GatewayProblem::Parameters(problem)) => (
+            condition(
+                ACCEPTED,
+                false,
+                INVALID_PARAMETERS,
+                problem.clone(),
+                generation,
+            ),
+            condition(PROGRAMMED, false, INVALID, problem.clone(), generation),
+        ),
+        Some(GatewayProblem::Address(problem)) => (
             condition(
                 ACCEPTED,
                 false,
@@ -474,7 +562,7 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     ACCEPTED,
                     true,
                     ACCEPTED,
-                    "Accepted by Gatehouse",
+                    with_propagation_problems("Accepted by Gatehouse".to_string(), gw),
                     generation,
                 )
             } else {
@@ -482,10 +570,13 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     ACCEPTED,
                     programmed > 0,
                     LISTENERS_NOT_VALID,
-                    format!(
-                        "{} of {} listeners are not valid",
-                        gw.listeners.len() - programmed,
-                        gw.listeners.len()
+                    with_propagation_problems(
+                        format!(
+                            "{} of {} listeners are not valid",
+                            gw.listeners.len() - programmed,
+                            gw.listeners.len()
+                        ),
+                        gw,
                     ),
                     generation,
                 )
@@ -553,9 +644,31 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
     }
 }
 
+/// Labels and annotations that cannot be propagated leave the Gateway Accepted (Gateway API
+/// defines no condition for them, and traffic does not depend on them), but the Accepted
+/// message names each one, so the omission is never silent.
+fn with_propagation_problems(message: String, gw: &GatewayCtx) -> String {
+    if gw.propagated.problems.is_empty() {
+        return message;
+    }
+    format!(
+        "{message}; not propagated to the data plane's objects: {}",
+        gw.propagated.problems.join("; ")
+    )
+}
+
+/// Accepted=True: the Gateway is served and, where Gatehouse provisions data planes, gets one.
+pub fn accepted(status: &GatewayStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == ACCEPTED && c.status == "True")
+}
+
 fn listener_status(
     l: &ListenerCtx,
-    address_problem: Option<&str>,
+    gateway_problem: Option<&str>,
     generation: Option<i64>,
 ) -> GatewayStatusListeners {
     let c = &l.conditions;
@@ -625,8 +738,8 @@ fn listener_status(
         )
     };
     // Programmed says why not with the first cause, so that it reads on its own.
-    let not_programmed: Option<String> = if let Some(problem) = address_problem {
-        Some(format!("the Gateway's address cannot be used: {problem}"))
+    let not_programmed: Option<String> = if let Some(problem) = gateway_problem {
+        Some(problem.to_string())
     } else if let Some(why) = c.unsupported_protocol.as_ref().or(c.taken_by.as_ref()) {
         Some(why.clone())
     } else if let Some(reason) = c.conflict {

@@ -7,6 +7,7 @@
 //! themselves, so a new route kind is one file (its [`RouteKind`](crate::RouteKind)
 //! implementation) plus one line here.
 
+use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
@@ -291,6 +292,9 @@ registry! {
     secrets: Secret, ["v1"], Watch::Referenced(crate::refs::referenced_secrets), namespaced, object;
     /// Only the ConfigMaps that Gateways and policies reference need to be here (CA bundles).
     config_maps: ConfigMap, ["v1"], Watch::Referenced(crate::refs::referenced_config_maps), namespaced, object;
+    /// Gatehouse's own parameters kind (GatewayClass and Gateway parametersRefs). Watched
+    /// whole: there are few, and a Gateway that names one must find it in its first snapshot.
+    gatehouse_parameters: GatehouseParameters, ["v1alpha1"], OPTIONAL, namespaced, object;
 }
 
 impl Input {

@@ -11,9 +11,12 @@ mod certificates;
 pub mod conditions;
 mod gateways;
 pub mod hostname;
+pub mod infrastructure;
 pub mod kinds;
 mod listener_tls;
+mod names;
 mod objects;
+pub mod parameters;
 mod policies;
 mod precedence;
 mod refs;
@@ -21,9 +24,11 @@ pub mod routes;
 pub mod serving;
 
 pub use conditions::stamp_status;
+pub use infrastructure::Infrastructure;
 pub use kinds::{Input, Kind};
 pub use listener_tls::{FrontendValidation, frontend_validations};
 pub use objects::{GATEWAY_GROUP, ObjectKey};
+pub use parameters::{GatehouseParameters, ResolvedParameters};
 pub use routes::{ParentRef, RouteKey, RouteKind, RouteParentStatus, RouteStatus};
 
 use gatehouse_ir as ir;
@@ -76,6 +81,16 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "TLSRouteModeMixed",
     "TLSRouteModeTerminate",
 ];
+
+/// Gateway API's name for `spec.infrastructure` support (labels and annotations on the
+/// generated objects, per-Gateway parametersRef); v1.7.0's conformance suite calls it this
+/// (earlier releases: GatewayInfrastructurePropagation). Not in [`SUPPORTED_FEATURES`]: the
+/// provisioner claims it once its conformance tests pass.
+pub const FEATURE_GATEWAY_INFRASTRUCTURE: &str = "GatewayInfrastructure";
+
+/// Gateway API's name for serving a Gateway on the addresses its spec.addresses asks for. Not in
+/// [`SUPPORTED_FEATURES`] yet, for the same reason.
+pub const FEATURE_GATEWAY_STATIC_ADDRESSES: &str = "GatewayStaticAddresses";
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -131,19 +146,27 @@ impl Status {
 pub struct Output {
     pub config: ir::Config,
     pub status: Status,
+    /// Every Accepted Gateway of ours, and what its provisioned data plane needs. Computed in
+    /// every mode; only a controller that provisions data planes uses it.
+    pub infrastructure: BTreeMap<ObjectKey, Infrastructure>,
 }
 
 /// Objects to IR and status, in named steps: which classes and Gateways are ours (listeners,
 /// addresses, TLS), which routes attach where (every kind through one path), the IR assembled
 /// per listener, then the status of everything.
 pub fn translate(input: &Input, options: &Options) -> Output {
-    let (class_status, our_classes) =
-        gateways::classes(&input.gateway_classes, &options.controller_name);
+    let parameters = parameters::index(&input.gatehouse_parameters);
+    let (class_status, our_classes) = gateways::classes(
+        &input.gateway_classes,
+        &options.controller_name,
+        &parameters,
+    );
     let refs = refs::Refs::new(&input.secrets, &input.config_maps, &input.reference_grants);
     let mut certificates: BTreeMap<String, ir::Certificate> = BTreeMap::new();
     let mut gws = gateways::gateways(
         &input.gateways,
         &our_classes,
+        &parameters,
         options,
         &refs,
         &mut certificates,
@@ -176,13 +199,32 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         &input.backend_tls_policies,
         &options.controller_name,
     );
-    let gateway_status = gws
+    let gateway_status: BTreeMap<ObjectKey, _> = gws
         .iter()
         .map(|g| {
             (
                 g.key.clone(),
                 gateways::status(g, options.published_addresses.as_deref()),
             )
+        })
+        .collect();
+    // Decided by the Accepted condition itself, so a Gateway has a data plane exactly when its
+    // status says it is accepted.
+    let infrastructure = gws
+        .iter()
+        .filter(|g| gateway_status.get(&g.key).is_some_and(gateways::accepted))
+        .filter_map(|g| {
+            Some((
+                g.key.clone(),
+                Infrastructure {
+                    gateway_class_name: g.object.spec.gateway_class_name.clone(),
+                    labels: g.propagated.labels.clone(),
+                    annotations: g.propagated.annotations.clone(),
+                    parameters: g.parameters.clone()?,
+                    requested_addresses: infrastructure::requested_addresses(g.object),
+                    ports: infrastructure::ports(&g.listeners),
+                },
+            ))
         })
         .collect();
     let cluster_users = assembled.cluster_users;
@@ -202,6 +244,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
             routes: attached.status,
             backend_tls_policies: policy_status,
         },
+        infrastructure,
     }
 }
 

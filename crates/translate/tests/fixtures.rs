@@ -12,7 +12,9 @@
 //! (independence of input order) and the list behind a snapshot marker.
 
 use gatehouse_translate::kinds::{Kind, KindVisitor, for_each_kind};
-use gatehouse_translate::{Input, ObjectKey, Options, Output, SUPPORTED_FEATURES, translate};
+use gatehouse_translate::{
+    Input, ObjectKey, Options, Output, ResolvedParameters, SUPPORTED_FEATURES, translate,
+};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
@@ -101,6 +103,26 @@ fn gateway_class_lists_the_supported_features() {
     assert_eq!(names, SUPPORTED_FEATURES);
     assert!(names.contains(&"HTTPRoute"));
 }
+
+/// Snapshots write an Infrastructure's parameters equal to `ResolvedParameters::default()` as
+/// `<DEFAULT_PARAMETERS>` (see the README); these are the values behind it.
+#[test]
+fn default_parameters_are_the_documented_ones() {
+    let defaults = serde_yaml::to_string(&ResolvedParameters::default()).unwrap();
+    assert_eq!(
+        defaults,
+        "\
+replicas: 1
+service:
+  type: LoadBalancer
+drainDelay: 5s
+shutdownGrace: 30s
+logFormat: text
+"
+    );
+}
+
+const DEFAULT_PARAMETERS: &str = "<DEFAULT_PARAMETERS>";
 
 /// One fixture directory, loaded.
 struct Case {
@@ -194,6 +216,25 @@ impl Case {
                 ]),
             ),
         ]);
+        // Written only where a Gateway has a data plane to provision, and with the parameters
+        // equal to the defaults as a marker: every accepted Gateway has an entry, and spelling
+        // out the defaults in each snapshot would hide the cases that change them.
+        if !out.infrastructure.is_empty() {
+            let entries = out
+                .infrastructure
+                .iter()
+                .map(|(key, infra)| {
+                    let mut v = value(infra);
+                    if infra.parameters == ResolvedParameters::default() {
+                        v["parameters"] = Value::String(DEFAULT_PARAMETERS.into());
+                    }
+                    (key.to_string(), v)
+                })
+                .collect();
+            if let Value::Mapping(map) = &mut doc {
+                map.insert(Value::String("infrastructure".into()), keyed(entries));
+            }
+        }
         self.normalise(&mut doc["config"], false);
         self.normalise(&mut doc["status"], true);
         format!(
