@@ -6,6 +6,7 @@ mod file;
 pub mod kubernetes;
 mod locate;
 pub mod metrics;
+pub mod provision;
 pub mod reconcile;
 pub mod source;
 pub mod state;

@@ -42,6 +42,9 @@ pub struct ControlState {
     draining: AtomicBool,
     /// -1: the source has nothing remote to reach; 0/1: whether it reaches it.
     connected: AtomicI8,
+    /// What `connected` is about, for readiness text: the Kubernetes API, or (proxy mode)
+    /// the control plane.
+    remote_name: std::sync::OnceLock<&'static str>,
     pub metrics: ControlMetrics,
     generation_tx: watch::Sender<u64>,
 }
@@ -55,6 +58,7 @@ impl ControlState {
             missing: ArcSwap::from_pointee(Vec::new()),
             draining: AtomicBool::new(false),
             connected: AtomicI8::new(-1),
+            remote_name: std::sync::OnceLock::new(),
             metrics: ControlMetrics::new(registry),
             generation_tx,
         })
@@ -81,17 +85,26 @@ impl ControlState {
         self.readiness().is_ok()
     }
 
-    pub(crate) fn set_started(&self) {
+    pub fn set_started(&self) {
         self.started.store(true, Ordering::Release);
     }
 
-    pub(crate) fn set_missing(&self, missing: Vec<String>) {
+    pub fn set_missing(&self, missing: Vec<String>) {
         self.missing.store(Arc::new(missing));
     }
 
     /// From now on readiness fails (SIGTERM: load balancers must stop sending here first).
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// Names what [`ControlState::api_connected`] is about (default: `kubernetes api`).
+    pub fn set_remote_name(&self, name: &'static str) {
+        let _ = self.remote_name.set(name);
+    }
+
+    pub fn remote_name(&self) -> &'static str {
+        self.remote_name.get().copied().unwrap_or("kubernetes api")
     }
 
     /// Whether the source reaches the Kubernetes API (`None` for sources with nothing remote).
@@ -102,7 +115,7 @@ impl ControlState {
         }
     }
 
-    pub(crate) fn set_connected(&self, connected: Option<bool>) {
+    pub fn set_connected(&self, connected: Option<bool>) {
         let v = connected.map_or(-1, i8::from);
         self.connected.store(v, Ordering::Release);
         if let Some(c) = connected {
@@ -110,7 +123,7 @@ impl ControlState {
         }
     }
 
-    pub(crate) fn set_generation(&self, generation: u64) {
+    pub fn set_generation(&self, generation: u64) {
         self.generation_tx.send_replace(generation);
     }
 

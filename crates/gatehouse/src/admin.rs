@@ -54,12 +54,13 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
                 Ok(()) => {
                     // An unreachable API server does not make the data plane unready: it keeps
                     // serving the last configuration, and says so.
+                    let remote = state.control.remote_name();
                     let api = match state.control.api_connected() {
                         Some(false) => {
-                            "kubernetes api: unreachable, serving the last configuration\n"
+                            format!("{remote}: unreachable, serving the last configuration\n")
                         }
-                        Some(true) => "kubernetes api: connected\n",
-                        None => "",
+                        Some(true) => format!("{remote}: connected\n"),
+                        None => String::new(),
                     };
                     respond(StatusCode::OK, "text/plain", format!("ready\n{api}"))
                 }

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod controller;
+pub mod proxy;
 pub mod run;
 pub mod status_cmd;
 pub mod telemetry;

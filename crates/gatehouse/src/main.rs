@@ -1,7 +1,7 @@
 //! The `gatehouse` command.
 
 use clap::{Parser, Subcommand};
-use gatehouse::{controller, run, status_cmd, telemetry};
+use gatehouse::{controller, proxy, run, status_cmd, telemetry};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +37,9 @@ enum Command {
     /// Serve the Gateways of a Kubernetes cluster and write their status (KUBECONFIG or
     /// in-cluster credentials).
     Controller(ControllerArgs),
+    /// One Gateway's data plane, configured by the controller over its config sync stream
+    /// (what the controller's provisioned Deployments run; needs no Kubernetes credentials).
+    Proxy(ProxyArgs),
     /// Print the status Gatehouse computes for the manifests, like `kubectl get -o yaml`.
     Status {
         /// A YAML file or a directory of them.
@@ -70,6 +73,24 @@ struct RunArgs {
     /// A YAML file or a directory of them (read recursively).
     #[arg(short = 'f', long = "file")]
     path: PathBuf,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args)]
+struct ProxyArgs {
+    /// The control plane's config sync service, `https://host:port`.
+    #[arg(long, value_name = "URL")]
+    control_plane: String,
+    /// The name the control plane's certificate carries (default: the URL's host).
+    #[arg(long, value_name = "NAME")]
+    control_plane_name: Option<String>,
+    /// Directory with this data plane's bootstrap credentials: tls.crt, tls.key, ca.crt.
+    #[arg(long, value_name = "DIR")]
+    credentials: PathBuf,
+    /// This replica's name in the control plane's reports.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -212,6 +233,7 @@ fn main() -> ExitCode {
             Command::Controller(args) => run_controller(args, workers)
                 .await
                 .map(|()| ExitCode::SUCCESS),
+            Command::Proxy(args) => run_proxy(args, workers).await.map(|()| ExitCode::SUCCESS),
             Command::Status {
                 path,
                 output,
@@ -303,6 +325,32 @@ async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()>
         },
     };
     run::serve_until_signal(controller::start(opts, client).await?).await;
+    Ok(())
+}
+
+async fn run_proxy(a: ProxyArgs, workers: usize) -> anyhow::Result<()> {
+    let name = match a.control_plane_name {
+        Some(n) => n,
+        None => http::Uri::try_from(a.control_plane.as_str())
+            .ok()
+            .and_then(|u| u.host().map(str::to_string))
+            .ok_or_else(|| anyhow::anyhow!("--control-plane {} has no host", a.control_plane))?,
+    };
+    let pod = a.pod_name.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let opts = proxy::ProxyOptions {
+        admin_address: a.serve.admin_address,
+        control_plane: a.control_plane,
+        control_plane_name: name,
+        credentials: a.credentials,
+        pod,
+        drain_delay: a.serve.drain_delay,
+        shutdown_grace: a.serve.shutdown_grace,
+        dataplane: dataplane_options(&a.serve, workers),
+    };
+    run::serve_until_signal(proxy::start(opts).await?).await;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ pub struct State {
 }
 
 impl State {
-    fn new(dataplane: DataOptions) -> Arc<State> {
+    pub(crate) fn new(dataplane: DataOptions) -> Arc<State> {
         let mut registry = Registry::default();
         let data_metrics = Arc::new(DataMetrics::new(&mut registry));
         let control = ControlState::new(&mut registry);

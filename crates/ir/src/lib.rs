@@ -7,6 +7,8 @@
 //! that the same IR can later travel to remote proxies without a second model.
 
 use serde::{Deserialize, Serialize};
+
+mod split;
 use std::net::{IpAddr, SocketAddr};
 
 /// A regular expression of a route match as Gatehouse runs it: anchored at both ends, so it

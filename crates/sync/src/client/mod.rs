@@ -1,0 +1,78 @@
+//! The data plane's end: connects to the control plane with its client certificate, applies
+//! the snapshots of its Gateway, reports back, and keeps going (with the last configuration
+//! serving) through disconnects and control-plane restarts.
+
+mod backoff;
+mod connect;
+mod session;
+mod state;
+
+use crate::wire::UnboundListener;
+use backoff::Backoff;
+use gatehouse_ir as ir;
+use session::Outcome;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+pub use futures_util::future::BoxFuture;
+pub use state::ClientState;
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// `https://host:port` of the control plane's config sync service.
+    pub endpoint: String,
+    /// The name the control plane's certificate must carry.
+    pub server_name: String,
+    /// `tls.crt`, `tls.key` and `ca.crt`: the bootstrap credentials, mounted from a Secret.
+    pub credentials_dir: PathBuf,
+    /// This pod's name: the control plane reports replicas by it.
+    pub pod: String,
+    /// This build's version, for the control plane's reports.
+    pub build: String,
+}
+
+/// What serves the configuration: the data plane.
+pub trait Applier: Send + Sync + 'static {
+    /// Serve `config` from now on: Ok(diagnostics) or Err(why it was rejected; the previous
+    /// one keeps serving).
+    fn apply(&self, config: Arc<ir::Config>) -> BoxFuture<'_, Result<Vec<String>, String>>;
+    /// Listeners whose address is not bound right now.
+    fn unbound(&self) -> Vec<UnboundListener>;
+    /// Resolves when `unbound()` may have changed.
+    fn changed(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Connects, follows the stream, applies snapshots, acks/nacks, reports serving changes,
+/// keeps rotated credentials (in memory, and written back to `credentials_dir` when it is
+/// writable) for reconnects, and reconnects with backoff (250 ms doubling to 10 s, jittered)
+/// until `stop`. The data plane keeps serving its last configuration while disconnected.
+pub async fn run(
+    options: ClientOptions,
+    applier: Arc<dyn Applier>,
+    state: Arc<ClientState>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Backoff::default();
+    while !stop.is_cancelled() {
+        let outcome = session::run(&options, applier.as_ref(), &state, &stop).await;
+        state.set_connected(false);
+        match outcome {
+            Outcome::Stopped => break,
+            Outcome::Ended { established, error } => {
+                // A stream that was up says the control plane is reachable: start over from
+                // the shortest delay.
+                if established {
+                    backoff.reset();
+                }
+                tracing::warn!(endpoint = %options.endpoint, %error, "config sync stream ended");
+                state.set_last_error(error);
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+    tracing::info!("config sync client stopped");
+}
