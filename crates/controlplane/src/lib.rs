@@ -8,6 +8,7 @@ mod locate;
 pub mod metrics;
 pub mod provision;
 pub mod reconcile;
+pub mod remote;
 pub mod source;
 pub mod state;
 pub mod status_report;

@@ -17,7 +17,10 @@ use crate::status_report;
 use futures_util::future::BoxFuture;
 use gatehouse_ir as ir;
 use gatehouse_translate::serving::Serving;
-use gatehouse_translate::{Input, Options as TranslateOptions, Output, Status, translate};
+use gatehouse_translate::{
+    Infrastructure, Input, ObjectKey, Options as TranslateOptions, Output, Status, translate,
+};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -55,6 +58,7 @@ pub trait StatusSink: Send + 'static {
         input: &'a Input,
         status: Status,
         config: &'a ir::Config,
+        infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
     ) -> BoxFuture<'a, Option<Written>>;
     /// Stops for good (a leader releases its Lease so another takes over at once).
     fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
@@ -151,7 +155,7 @@ impl<S: Source> Reconciler<S> {
         let mut source = self.source.take().expect("held between passes");
         let mut adjust = self.adjust.take();
         let mut options = self.options.clone();
-        let (source, adjust, snapshot, output) = tokio::task::spawn_blocking(move || {
+        let (source, adjust, snapshot, mut output) = tokio::task::spawn_blocking(move || {
             let snapshot = source.snapshot();
             if let Some(adjust) = adjust.as_mut() {
                 adjust(&snapshot.input, &mut options);
@@ -163,10 +167,13 @@ impl<S: Source> Reconciler<S> {
         .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
+        let infrastructure = std::mem::take(&mut output.infrastructure);
         let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
         let config = self.state.published.load_full().config.clone();
         if let Some(sink) = self.status.as_mut()
-            && let Some(w) = sink.write(&snapshot.input, status, &config).await
+            && let Some(w) = sink
+                .write(&snapshot.input, status, &config, &infrastructure)
+                .await
         {
             let m = &self.state.metrics.status_writes;
             m.get_or_create(&ResultLabel { result: "patched" })

@@ -3,15 +3,23 @@
 
 use crate::run::{Running, Serve, serve};
 use anyhow::Context as _;
+use gatehouse_controlplane::Publisher;
+use gatehouse_controlplane::kubernetes::ca_secret::{self, CaIssuer};
 use gatehouse_controlplane::kubernetes::service::{ServiceKeeper, ServiceTemplate};
 use gatehouse_controlplane::kubernetes::{
-    KubeSource, KubeStatus, LeaderElection, LeaseOptions, StatusWriter, addresses,
+    KubeSource, KubeStatus, LeaderElection, LeaseOptions, Provisioning, StatusWriter, addresses,
 };
+use gatehouse_controlplane::provision::names::Names;
+use gatehouse_controlplane::provision::{Provisioner, Settings};
+use gatehouse_controlplane::remote::RemotePublisher;
 use gatehouse_dataplane::Options as DataOptions;
+use gatehouse_sync::{ConfigServer, ServerOptions};
 use gatehouse_translate::{ObjectKey, Options as TranslateOptions};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
 pub struct ControllerOptions {
@@ -32,6 +40,90 @@ pub struct ControllerOptions {
     /// Keep that Service: a manifest without ports (the controller adds one per listener
     /// port), and the Deployment that owns it (so deleting the Deployment deletes it).
     pub publish_service_template: Option<PublishServiceTemplate>,
+    /// Provisioned mode: a data plane per Gateway, fed over the sync stream; this process
+    /// serves no traffic itself.
+    pub provision: Option<ProvisionOptions>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProvisionOptions {
+    /// Namespace and name of the Secret holding the control plane's CA.
+    pub ca_secret: ObjectKey,
+    /// Where the sync server listens.
+    pub sync_address: SocketAddr,
+    /// Names (DNS) and addresses the sync server's certificate carries; data planes verify
+    /// `settings.control_plane_server_name` against it.
+    pub sync_dns_names: Vec<String>,
+    pub sync_ips: Vec<IpAddr>,
+    /// Image, control-plane endpoint and server name of every data plane.
+    pub settings: Settings,
+    /// Where data planes bind their listeners (all of the pod's addresses by default).
+    pub dataplane_bind: IpAddr,
+}
+
+/// Data planes' bootstrap certificates are re-issued at two thirds of this; the certificate
+/// a data plane gets on its stream is renewed there (gatehouse-sync's own validity).
+const BOOTSTRAP_VALIDITY: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The sync server's certificate; it is issued again at every start and daily.
+const SERVER_VALIDITY: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Starts the sync server and returns the publisher and provisioning of provisioned mode.
+async fn start_provisioning(
+    p: &ProvisionOptions,
+    client: &kube::Client,
+    leader_elected: bool,
+    stop: CancellationToken,
+) -> anyhow::Result<(Arc<RemotePublisher>, Provisioning)> {
+    let ca = Arc::new(
+        ca_secret::load_or_create(client, &p.ca_secret.namespace, &p.ca_secret.name).await?,
+    );
+    let server = ConfigServer::new(
+        Arc::clone(&ca),
+        ServerOptions {
+            // With an election, only the leader accepts (KubeStatus switches it on).
+            accepting: !leader_elected,
+            ..ServerOptions::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(p.sync_address)
+        .await
+        .with_context(|| format!("cannot bind the sync server on {}", p.sync_address))?;
+    let credentials = ca.issue_server(&p.sync_dns_names, &p.sync_ips, SERVER_VALIDITY);
+    tokio::spawn({
+        let server = Arc::clone(&server);
+        let stop = stop.clone();
+        async move {
+            if let Err(e) = server.serve(listener, credentials, stop).await {
+                tracing::error!("config sync server: {e:#}");
+            }
+        }
+    });
+    tokio::spawn({
+        let server = Arc::clone(&server);
+        let ca = Arc::clone(&ca);
+        let (names, ips) = (p.sync_dns_names.clone(), p.sync_ips.clone());
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(24 * 3600));
+            every.tick().await;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = every.tick() => server.set_server_credentials(ca.issue_server(&names, &ips, SERVER_VALIDITY)),
+                }
+            }
+        }
+    });
+    let publisher = RemotePublisher::new(Arc::clone(&server), p.dataplane_bind);
+    let issuer = Arc::new(CaIssuer {
+        ca,
+        validity: BOOTSTRAP_VALIDITY,
+    });
+    let provisioning = Provisioning {
+        provisioner: Provisioner::new(client.clone(), p.settings.clone(), issuer),
+        publisher: Arc::clone(&publisher),
+        server,
+    };
+    Ok((publisher, provisioning))
 }
 
 #[derive(Clone, Debug)]
@@ -87,27 +179,41 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
         }
         _ => None,
     };
-    let sink = KubeStatus::new(
-        StatusWriter::new(client, opts.controller_name.clone()),
+    let also_stop = CancellationToken::new();
+    let mut sink = KubeStatus::new(
+        StatusWriter::new(client.clone(), opts.controller_name.clone()),
         leader,
         service,
     );
+    let mut publisher: Option<Arc<dyn Publisher>> = None;
+    if let Some(p) = &opts.provision {
+        let (remote, provisioning) =
+            start_provisioning(p, &client, opts.lease.is_some(), also_stop.clone()).await?;
+        sink = sink.provisioning(provisioning);
+        publisher = Some(remote);
+    }
     let options = TranslateOptions {
         controller_name: opts.controller_name.clone(),
         default_address: opts.default_address,
         ..TranslateOptions::default()
     };
-    let adjust = addresses::adjust_options(opts.local_addresses, opts.publish_service.clone());
+    let adjust = if opts.provision.is_some() {
+        addresses::provisioned_options(|gateway| Names::of(gateway).object)
+    } else {
+        addresses::adjust_options(opts.local_addresses, opts.publish_service.clone())
+    };
     let serve_opts = Serve {
         admin_address: opts.admin_address,
         dataplane: opts.dataplane,
         drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
+        publisher,
     };
-    let running = serve(serve_opts, source, options, |r| {
+    let mut running = serve(serve_opts, source, options, |r| {
         r.adjust_options(adjust).status_sink(Box::new(sink))
     })
     .await?;
+    running.also_stop = also_stop;
     tracing::info!(admin = %running.admin_address, "gatehouse controller is serving");
     Ok(running)
 }

@@ -36,7 +36,7 @@ enum Command {
     Run(RunArgs),
     /// Serve the Gateways of a Kubernetes cluster and write their status (KUBECONFIG or
     /// in-cluster credentials).
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
     /// One Gateway's data plane, configured by the controller over its config sync stream
     /// (what the controller's provisioned Deployments run; needs no Kubernetes credentials).
     Proxy(ProxyArgs),
@@ -132,6 +132,33 @@ struct ControllerArgs {
     /// How long a Lease holds without renewal.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     lease_duration: Duration,
+    /// Provision a data plane (Deployment, Service, ServiceAccount, credentials) per Gateway
+    /// and feed it over the sync stream; this process then serves no traffic itself.
+    #[arg(long, requires_all = ["proxy_image", "control_plane_endpoint"])]
+    provision: bool,
+    /// The image provisioned data planes run (`gatehouse proxy`).
+    #[arg(long, env = "GATEHOUSE_PROXY_IMAGE")]
+    proxy_image: Option<String>,
+    /// imagePullPolicy of the data planes' container.
+    #[arg(long)]
+    proxy_image_pull_policy: Option<String>,
+    /// The URL data planes dial, e.g. https://gatehouse.gatehouse-system.svc:18000; its host
+    /// is the name the sync server's certificate carries.
+    #[arg(long)]
+    control_plane_endpoint: Option<String>,
+    /// Where the sync server listens.
+    #[arg(long, default_value = "0.0.0.0:18000")]
+    sync_address: SocketAddr,
+    /// Further DNS names for the sync server's certificate.
+    #[arg(long, value_delimiter = ',')]
+    sync_server_names: Vec<String>,
+    /// The Secret (in the leader-election namespace) that holds the control plane's CA; it is
+    /// created when missing.
+    #[arg(long, default_value = "gatehouse-ca")]
+    ca_secret: String,
+    /// Where provisioned data planes bind their listeners.
+    #[arg(long, default_value = "0.0.0.0")]
+    dataplane_bind_address: IpAddr,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -230,7 +257,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(run_options(args, workers))
                 .await
                 .map(|()| ExitCode::SUCCESS),
-            Command::Controller(args) => run_controller(args, workers)
+            Command::Controller(args) => run_controller(*args, workers)
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Proxy(args) => run_proxy(args, workers).await.map(|()| ExitCode::SUCCESS),
@@ -294,7 +321,9 @@ async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()>
         renew_every: a.lease_duration / 5,
         clock_skew_secs: 0,
     });
+    let provision = provision_options(&a)?;
     let opts = controller::ControllerOptions {
+        provision,
         admin_address: a.serve.admin_address,
         default_address: a.serve.address,
         local_addresses: a.local_addresses,
@@ -326,6 +355,41 @@ async fn run_controller(a: ControllerArgs, workers: usize) -> anyhow::Result<()>
     };
     run::serve_until_signal(controller::start(opts, client).await?).await;
     Ok(())
+}
+
+/// The provisioned mode's options from the flags (`None` without --provision).
+fn provision_options(a: &ControllerArgs) -> anyhow::Result<Option<controller::ProvisionOptions>> {
+    if !a.provision {
+        return Ok(None);
+    }
+    let endpoint = a.control_plane_endpoint.clone().unwrap_or_default();
+    let host = http::Uri::try_from(endpoint.as_str())
+        .ok()
+        .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+        .ok_or_else(|| anyhow::anyhow!("--control-plane-endpoint {endpoint} has no host"))?;
+    let mut dns_names = Vec::new();
+    let mut ips = Vec::new();
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ips.push(ip),
+        Err(_) => dns_names.push(host.clone()),
+    }
+    dns_names.extend(a.sync_server_names.iter().cloned());
+    Ok(Some(controller::ProvisionOptions {
+        ca_secret: gatehouse_translate::ObjectKey::new(
+            a.leader_election_namespace.clone(),
+            a.ca_secret.clone(),
+        ),
+        sync_address: a.sync_address,
+        sync_dns_names: dns_names,
+        sync_ips: ips,
+        settings: gatehouse_controlplane::provision::Settings {
+            image: a.proxy_image.clone().unwrap_or_default(),
+            image_pull_policy: a.proxy_image_pull_policy.clone(),
+            control_plane_endpoint: endpoint,
+            control_plane_server_name: host,
+        },
+        dataplane_bind: a.dataplane_bind_address,
+    }))
 }
 
 async fn run_proxy(a: ProxyArgs, workers: usize) -> anyhow::Result<()> {

@@ -162,5 +162,6 @@ pub async fn start(opts: ProxyOptions) -> anyhow::Result<Running> {
         admin_task,
         drain_delay: opts.drain_delay,
         grace: opts.shutdown_grace,
+        also_stop: CancellationToken::new(),
     })
 }

@@ -88,6 +88,7 @@ impl Publisher for LocalDataPlane {
                     (u.address, problem)
                 })
                 .collect(),
+            ..Serving::default()
         }
     }
 
@@ -110,6 +111,8 @@ pub struct Running {
     pub(crate) admin_task: tokio::task::JoinHandle<()>,
     pub(crate) drain_delay: Duration,
     pub(crate) grace: Duration,
+    /// Cancelled on stop: services of the mode beside the reconcile loop (the sync server).
+    pub(crate) also_stop: CancellationToken,
 }
 
 impl Running {
@@ -134,6 +137,7 @@ impl Running {
     /// Graceful stop: no new connections, in-flight requests finish (up to the grace period).
     pub async fn stop(self) {
         self.stop.cancel();
+        self.also_stop.cancel();
         let _ = self.task.await;
         self.state.dataplane.shutdown(self.grace).await;
         self.admin_task.abort();
@@ -146,6 +150,9 @@ pub(crate) struct Serve {
     pub dataplane: DataOptions,
     pub drain_delay: Duration,
     pub shutdown_grace: Duration,
+    /// Where configurations go instead of this process's data plane (provisioned mode: the
+    /// Gateways' own data planes).
+    pub publisher: Option<Arc<dyn Publisher>>,
 }
 
 /// Starts the admin endpoint and the reconcile loop (as `configure` completes it) on the
@@ -162,7 +169,10 @@ pub(crate) async fn serve<S: Source>(
         .with_context(|| format!("cannot bind the admin endpoint on {}", serve.admin_address))?;
     let admin_address = admin_listener.local_addr()?;
     let admin_task = tokio::spawn(admin::serve(admin_listener, Arc::clone(&state)));
-    let publisher = Arc::new(LocalDataPlane::new(Arc::clone(&state.dataplane)));
+    let publisher = match serve.publisher {
+        Some(p) => p,
+        None => Arc::new(LocalDataPlane::new(Arc::clone(&state.dataplane))),
+    };
     let reconciler = configure(Reconciler::new(
         source,
         options,
@@ -185,6 +195,7 @@ pub(crate) async fn serve<S: Source>(
         admin_task,
         drain_delay: serve.drain_delay,
         grace: serve.shutdown_grace,
+        also_stop: CancellationToken::new(),
     })
 }
 
@@ -201,6 +212,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         dataplane: opts.dataplane,
         drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
+        publisher: None,
     };
     let running = serve(serve_opts, source, options, |r| r).await?;
     tracing::info!(admin = %running.admin_address, path = %opts.path.display(), "gatehouse is serving");

@@ -80,6 +80,7 @@ impl Env {
             controller_name: self.controller.clone(),
             publish_service: None,
             publish_service_template: None,
+            provision: None,
         }
     }
 

@@ -70,6 +70,7 @@ async fn traffic_survives_an_api_server_outage() {
             controller_name: controller.clone(),
             publish_service: None,
             publish_service_template: None,
+            provision: None,
         },
         kube_client().await,
     )

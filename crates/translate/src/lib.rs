@@ -103,6 +103,9 @@ pub struct Options {
     /// What status.addresses reports when it differs from where the data plane binds (in a
     /// cluster: the data-plane Service's load-balancer ingress or cluster IP), as (type, value).
     pub published_addresses: Option<Vec<(String, String)>>,
+    /// Per Gateway, the same (its own provisioned Service's addresses); wins over
+    /// `published_addresses`. An empty list means the Service has no address yet.
+    pub gateway_published_addresses: BTreeMap<ObjectKey, Vec<(String, String)>>,
 }
 
 impl Default for Options {
@@ -112,6 +115,7 @@ impl Default for Options {
             default_address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             gateway_addresses: BTreeMap::new(),
             published_addresses: None,
+            gateway_published_addresses: BTreeMap::new(),
         }
     }
 }
@@ -204,7 +208,14 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         .map(|g| {
             (
                 g.key.clone(),
-                gateways::status(g, options.published_addresses.as_deref()),
+                gateways::status(
+                    g,
+                    options
+                        .gateway_published_addresses
+                        .get(&g.key)
+                        .map(Vec::as_slice)
+                        .or(options.published_addresses.as_deref()),
+                ),
             )
         })
         .collect();

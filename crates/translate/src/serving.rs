@@ -13,6 +13,10 @@ use std::net::SocketAddr;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Serving {
     pub unbound: BTreeMap<SocketAddr, BindProblem>,
+    /// Gateways whose data plane does not serve the current configuration at all (a
+    /// provisioned data plane with no replica connected, or one still applying or refusing
+    /// it), with why. Every listener and the Gateway are Programmed=False Pending.
+    pub not_serving: BTreeMap<ObjectKey, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +33,22 @@ pub struct BindProblem {
 /// bind is retried; the OS error in the message), and on its Gateway when none of its
 /// listeners is programmed any more (AddressNotUsable, or Pending).
 pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
+    for (key, why) in &serving.not_serving {
+        let Some(gw_status) = status.gateways.get_mut(key) else {
+            continue;
+        };
+        let conditions = gw_status.conditions.get_or_insert_with(Vec::new);
+        // A Gateway that is not accepted keeps its own reason.
+        if !is_true(conditions, PROGRAMMED) {
+            continue;
+        }
+        set(conditions, PROGRAMMED, PENDING, why.clone());
+        for l in gw_status.listeners.iter_mut().flatten() {
+            if is_true(&l.conditions, PROGRAMMED) {
+                set(&mut l.conditions, PROGRAMMED, PENDING, why.clone());
+            }
+        }
+    }
     if serving.unbound.is_empty() {
         return;
     }

@@ -307,6 +307,9 @@ struct OptionsFile {
     #[serde(default)]
     gateway_addresses: BTreeMap<String, IpAddr>,
     published_addresses: Option<Vec<PublishedAddress>>,
+    /// `namespace/name` of a Gateway to its own Service's addresses (provisioned mode).
+    #[serde(default)]
+    gateway_published_addresses: BTreeMap<String, Vec<PublishedAddress>>,
 }
 
 #[derive(Deserialize)]
@@ -336,6 +339,17 @@ impl OptionsFile {
             published_addresses: self
                 .published_addresses
                 .map(|a| a.into_iter().map(|a| (a.type_, a.value)).collect()),
+            gateway_published_addresses: self
+                .gateway_published_addresses
+                .into_iter()
+                .map(|(key, a)| {
+                    let (ns, name) = key.split_once('/').unwrap_or_else(|| {
+                        panic!("gatewayPublishedAddresses key {key}: want ns/name")
+                    });
+                    let a = a.into_iter().map(|a| (a.type_, a.value)).collect();
+                    (ObjectKey::new(ns, name), a)
+                })
+                .collect(),
         }
     }
 }

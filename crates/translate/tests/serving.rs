@@ -27,6 +27,7 @@ fn status_with(unbound: &[(&str, &str, bool)]) -> Status {
                 (address.parse::<SocketAddr>().unwrap(), problem)
             })
             .collect(),
+        ..Serving::default()
     };
     let mut status = out.status;
     serving::apply(&mut status, &out.config, &serving);
@@ -104,4 +105,32 @@ fn an_address_the_host_does_not_have_is_not_usable() {
     assert!(message.contains("not usable on this host"), "{message}");
     let (s, reason, _) = programmed(&status, None);
     assert_eq!((s.as_str(), reason.as_str()), ("False", "AddressNotUsable"));
+}
+
+#[test]
+fn a_gateway_whose_data_plane_does_not_serve_is_pending_everywhere() {
+    let yaml = [
+        manifests::gateway_class(),
+        manifests::gateway(
+            "gw",
+            &[Listener::http("web", 80), Listener::http("admin", 81)],
+        ),
+    ]
+    .join("---\n");
+    let out = translate(&manifests::input(&yaml), &Options::default());
+    let why = "no data-plane replica is connected to the control plane".to_string();
+    let serving = Serving {
+        not_serving: [(ObjectKey::new("default", "gw"), why.clone())].into(),
+        ..Serving::default()
+    };
+    let mut status = out.status;
+    serving::apply(&mut status, &out.config, &serving);
+    for listener in [None, Some("web"), Some("admin")] {
+        let (s, reason, message) = programmed(&status, listener);
+        assert_eq!(
+            (s.as_str(), reason.as_str(), message.as_str()),
+            ("False", "Pending", why.as_str()),
+            "{listener:?}"
+        );
+    }
 }

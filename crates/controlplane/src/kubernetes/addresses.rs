@@ -19,6 +19,28 @@ pub fn adjust_options(local_addresses: bool, publish_service: Option<ObjectKey>)
     })
 }
 
+/// Provisioned mode: each Gateway gets a loopback address of its own in the configuration (so
+/// that Gateways sharing a port never conflict: each has its own data plane, which binds all
+/// of its pod's addresses) and reports the addresses of its own Service, named by
+/// `service_name` from the Gateway's name. A Gateway whose Service has no address yet reports
+/// none.
+pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
+    let mut book = AddressBook::default();
+    Box::new(move |input: &Input, options: &mut TranslateOptions| {
+        options.gateway_addresses = book.assign(input);
+        options.gateway_published_addresses = input
+            .gateways
+            .iter()
+            .map(|g| {
+                let key = ObjectKey::of(&g.metadata);
+                let service = ObjectKey::new(key.namespace.clone(), service_name(&key.name));
+                let published = published_addresses(input, &service).unwrap_or_default();
+                (key, published)
+            })
+            .collect();
+    })
+}
+
 /// Stable loopback addresses per Gateway: derived from its name, so they survive restarts,
 /// and sticky while running, so a new Gateway never moves an existing one.
 #[derive(Default)]

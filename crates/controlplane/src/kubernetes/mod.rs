@@ -2,6 +2,7 @@
 //! addresses Gateways get in controller mode.
 
 pub mod addresses;
+pub mod ca_secret;
 mod leader;
 pub mod service;
 mod sink;
@@ -9,6 +10,6 @@ mod source;
 mod status;
 
 pub use leader::{LeaderElection, LeaseOptions};
-pub use sink::KubeStatus;
+pub use sink::{KubeStatus, Provisioning};
 pub use source::KubeSource;
 pub use status::{StatusWriter, Written};

@@ -2,11 +2,61 @@
 
 use super::service::ServiceKeeper;
 use super::{LeaderElection, StatusWriter, Written};
+use crate::provision::spec::{proxy_spec, unsupported_addresses};
+use crate::provision::{Desired, Provisioner};
 use crate::reconcile::StatusSink;
+use crate::remote::RemotePublisher;
 use futures_util::future::BoxFuture;
 use gatehouse_ir as ir;
-use gatehouse_translate::{Input, Status};
+use gatehouse_sync::ConfigServer;
+use gatehouse_translate::{Infrastructure, Input, ObjectKey, Status};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use tokio::sync::watch;
+
+/// Provisioned mode: the leader keeps every Gateway's data-plane objects in step and is the
+/// one replica whose sync server accepts data planes.
+pub struct Provisioning {
+    pub provisioner: Provisioner,
+    pub publisher: Arc<RemotePublisher>,
+    pub server: Arc<ConfigServer>,
+}
+
+impl Provisioning {
+    async fn sync(&mut self, input: &Input, infrastructure: &BTreeMap<ObjectKey, Infrastructure>) {
+        let mut desired = BTreeMap::new();
+        let mut problems: BTreeMap<ObjectKey, String> = BTreeMap::new();
+        for (key, infra) in infrastructure {
+            let Some(uid) = input
+                .gateways
+                .iter()
+                .find(|g| ObjectKey::of(&g.metadata) == *key)
+                .and_then(|g| g.metadata.uid.clone())
+            else {
+                continue;
+            };
+            let refused = unsupported_addresses(infra);
+            if !refused.is_empty() {
+                problems.insert(
+                    key.clone(),
+                    format!("spec.addresses: {}", refused.join("; ")),
+                );
+            }
+            desired.insert(
+                key.clone(),
+                Desired {
+                    uid,
+                    spec: proxy_spec(infra),
+                },
+            );
+        }
+        let provisioned = self.provisioner.sync(&desired).await;
+        for (key, e) in provisioned.errors {
+            problems.insert(key, e);
+        }
+        self.publisher.set_provisioning_errors(problems);
+    }
+}
 
 pub struct KubeStatus {
     writer: StatusWriter,
@@ -14,6 +64,7 @@ pub struct KubeStatus {
     leader: Option<(LeaderElection, watch::Receiver<bool>)>,
     /// The data plane's Service, when the controller keeps it.
     service: Option<ServiceKeeper>,
+    provisioning: Option<Provisioning>,
 }
 
 impl KubeStatus {
@@ -29,7 +80,13 @@ impl KubeStatus {
                 (l, rx)
             }),
             service,
+            provisioning: None,
         }
+    }
+
+    pub fn provisioning(mut self, provisioning: Provisioning) -> Self {
+        self.provisioning = Some(provisioning);
+        self
     }
 }
 
@@ -52,10 +109,19 @@ impl StatusSink for KubeStatus {
         input: &'a Input,
         status: Status,
         config: &'a ir::Config,
+        infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
     ) -> BoxFuture<'a, Option<Written>> {
         Box::pin(async move {
-            if !self.leader.as_ref().is_none_or(|(l, _)| l.is_leader()) {
+            let leader = self.leader.as_ref().is_none_or(|(l, _)| l.is_leader());
+            if let Some(p) = self.provisioning.as_ref() {
+                // Data planes follow the leader: a replica that is not it sends them away.
+                p.server.set_accepting(leader);
+            }
+            if !leader {
                 return None;
+            }
+            if let Some(p) = self.provisioning.as_mut() {
+                p.sync(input, infrastructure).await;
             }
             if let Some(service) = self.service.as_mut() {
                 service.sync(config).await;

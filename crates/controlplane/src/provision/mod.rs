@@ -9,6 +9,7 @@ mod apply;
 pub mod credentials;
 pub mod names;
 pub mod render;
+pub mod spec;
 
 pub use apply::{Desired, Provisioned, Provisioner};
 pub use credentials::{CredentialsIssuer, IssuedCredentials};

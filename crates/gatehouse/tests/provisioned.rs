@@ -1,0 +1,235 @@
+//! Provisioned mode against a real kube-apiserver (cluster/up): the controller creates each
+//! Gateway's data-plane objects, owned by the Gateway, and a real `gatehouse proxy` holding
+//! only the credentials from the provisioned Secret receives that Gateway's configuration over
+//! mutual TLS and serves it; status says Programmed only once a replica applied it.
+
+mod support;
+
+use base64::Engine as _;
+use gatehouse::controller::{ControllerOptions, ProvisionOptions, start};
+use gatehouse::proxy::{self, ProxyOptions};
+use gatehouse_controlplane::provision::Settings;
+use gatehouse_translate::ObjectKey;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+use support::kube::*;
+use support::*;
+
+fn condition(ns: &str, kind: &str, name: &str, t: &str) -> Option<(String, String, String)> {
+    let v = get(kind, ns, name);
+    let c = v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+fn exists(kind: &str, ns: &str, name: &str) -> bool {
+    let k = std::env::var("GATEHOUSE_CLUSTER_BIN")
+        .map(|b| format!("{b}/kubectl"))
+        .unwrap_or_else(|_| "kubectl".into());
+    std::process::Command::new(k)
+        .args(["get", kind, "-n", ns, name, "-o", "name"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+async fn answer(c: &reqwest::Client, url: &str) -> (u16, String) {
+    match c.get(url).header("host", "app.example").send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, v["name"].as_str().unwrap_or_default().to_string())
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let ns = unique("prov");
+    kubectl(&["create", "namespace", &ns], None);
+    let class = unique("class");
+    let controller_name = format!("gatehouse.dev/{}", unique("test"));
+    let (listener_port, other_port, sync_port) = (free_port(), free_port(), free_port());
+    let mut host = TestHost::new();
+    let a = host.echo(9011, "a").await;
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: {controller_name}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {listener_port}, protocol: HTTP}}]\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: other, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {other_port}, protocol: HTTP}}]\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {{name: svc, namespace: {ns}}}\nspec:\n  ports: [{{name: http, port: 80, targetPort: {p}}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: svc\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: svc}}\naddressType: IPv4\nports: [{{name: http, port: {p}, protocol: TCP}}]\nendpoints:\n- addresses: [\"{ip}\"]\n  conditions: {{ready: true}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}, {{name: other}}]\n  hostnames: [app.example]\n  rules: [{{matches: [{{path: {{value: /one}}}}], backendRefs: [{{name: svc, port: 80}}]}}]\n",
+        p = a.port(),
+        ip = a.ip(),
+    ));
+
+    let endpoint = format!("https://127.0.0.1:{sync_port}");
+    let options = ControllerOptions {
+        admin_address: "127.0.0.1:0".parse().unwrap(),
+        default_address: "127.0.0.1".parse::<IpAddr>().unwrap(),
+        local_addresses: false,
+        drain_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(2),
+        dataplane: Default::default(),
+        lease: None,
+        controller_name: controller_name.clone(),
+        publish_service: None,
+        publish_service_template: None,
+        provision: Some(ProvisionOptions {
+            ca_secret: ObjectKey::new(ns.clone(), "gatehouse-ca"),
+            sync_address: SocketAddr::from(([127, 0, 0, 1], sync_port)),
+            sync_dns_names: vec![],
+            sync_ips: vec!["127.0.0.1".parse().unwrap()],
+            settings: Settings {
+                image: "gatehouse:test".into(),
+                image_pull_policy: None,
+                control_plane_endpoint: endpoint.clone(),
+                control_plane_server_name: "127.0.0.1".into(),
+            },
+            dataplane_bind: "127.0.0.1".parse().unwrap(),
+        }),
+    };
+    let running = start(options, kube_client().await).await.unwrap();
+
+    // Every Gateway's objects, owned by it; the data plane's account has no token.
+    eventually(
+        "the data-plane objects exist",
+        Duration::from_secs(20),
+        || async {
+            ["deployment", "service", "serviceaccount"]
+                .iter()
+                .all(|k| exists(k, &ns, "gw-gatehouse") && exists(k, &ns, "other-gatehouse"))
+                && exists("secret", &ns, "gw-gatehouse-credentials")
+        },
+    )
+    .await;
+    let gw_uid = get("gateway", &ns, "gw")["metadata"]["uid"].clone();
+    for kind in ["deployment", "service", "serviceaccount", "secret"] {
+        let name = if kind == "secret" {
+            "gw-gatehouse-credentials"
+        } else {
+            "gw-gatehouse"
+        };
+        let o = get(kind, &ns, name);
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"], gw_uid,
+            "{kind} owned by the Gateway"
+        );
+        assert_eq!(o["metadata"]["ownerReferences"][0]["kind"], "Gateway");
+    }
+    assert_eq!(
+        get("serviceaccount", &ns, "gw-gatehouse")["automountServiceAccountToken"],
+        false
+    );
+    let d = get("deployment", &ns, "gw-gatehouse");
+    let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains(&format!("--control-plane={endpoint}")),
+        "{args}"
+    );
+    let svc = get("service", &ns, "gw-gatehouse");
+    assert_eq!(svc["spec"]["ports"][0]["port"], listener_port);
+    // No replica yet: not Programmed, and status says why.
+    eventually(
+        "Programmed=False before any data plane",
+        Duration::from_secs(20),
+        || async {
+            condition(&ns, "gateway", "gw", "Programmed").is_some_and(|(s, r, m)| {
+                s == "False" && r == "Pending" && m.contains("no data-plane replica")
+            })
+        },
+    )
+    .await;
+
+    // A data plane holding only the provisioned Secret's contents.
+    let secret = get("secret", &ns, "gw-gatehouse-credentials");
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        let b64 = secret["data"][key].as_str().unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        std::fs::write(dir.path().join(key), bytes).unwrap();
+    }
+    let proxy = proxy::start(ProxyOptions {
+        admin_address: "127.0.0.1:0".parse().unwrap(),
+        control_plane: endpoint.clone(),
+        control_plane_name: "127.0.0.1".into(),
+        credentials: dir.path().to_path_buf(),
+        pod: "gw-pod-1".into(),
+        drain_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(2),
+        dataplane: Default::default(),
+    })
+    .await
+    .unwrap();
+    let c = client();
+    eventually(
+        "the data plane serves its Gateway",
+        Duration::from_secs(20),
+        || {
+            let (c, u) = (c.clone(), url(listener_port, "/one"));
+            async move { answer(&c, &u).await == (200, "a".into()) }
+        },
+    )
+    .await;
+    // Only its own Gateway: nothing listens on the other Gateway's port.
+    assert_eq!(
+        answer(&c, &url(other_port, "/one")).await.0,
+        0,
+        "the other Gateway is not served here"
+    );
+    eventually(
+        "Programmed=True once applied",
+        Duration::from_secs(20),
+        || async {
+            condition(&ns, "gateway", "gw", "Programmed").is_some_and(|(s, _, _)| s == "True")
+        },
+    )
+    .await;
+    assert!(
+        condition(&ns, "gateway", "other", "Programmed").is_some_and(|(s, _, _)| s == "False"),
+        "the other Gateway has no replica"
+    );
+
+    // A change reaches the data plane over the stream.
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}, {{name: other}}]\n  hostnames: [app.example]\n  rules: [{{matches: [{{path: {{value: /two}}}}], backendRefs: [{{name: svc, port: 80}}]}}]\n"
+    ));
+    eventually("the update applies", Duration::from_secs(20), || {
+        let c = c.clone();
+        let (old, new) = (url(listener_port, "/one"), url(listener_port, "/two"));
+        async move { answer(&c, &old).await.0 == 404 && answer(&c, &new).await == (200, "a".into()) }
+    })
+    .await;
+
+    // A Gateway that is no longer ours loses its data-plane objects.
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: other, namespace: {ns}}}\nspec:\n  gatewayClassName: not-ours\n  listeners: [{{name: http, port: {other_port}, protocol: HTTP}}]\n"
+    ));
+    eventually(
+        "the other Gateway's objects are deleted",
+        Duration::from_secs(20),
+        || async {
+            !exists("deployment", &ns, "other-gatehouse")
+                && !exists("service", &ns, "other-gatehouse")
+        },
+    )
+    .await;
+    assert!(exists("deployment", &ns, "gw-gatehouse"));
+
+    proxy.stop().await;
+    running.stop().await;
+    kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+    kubectl(&["delete", "gatewayclass", &class, "--wait=false"], None);
+}
