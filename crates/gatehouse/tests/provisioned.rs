@@ -60,10 +60,29 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     let class = unique("class");
     let controller_name = format!("gatehouse.dev/{}", unique("test"));
     let (listener_port, other_port, sync_port) = (free_port(), free_port(), free_port());
+    // The GatehouseParameters CRD as the chart installs it; the class asks for ClusterIP
+    // Services (there is no load balancer in this cluster) and two replicas.
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crds/gatehouse.dev_gatehouseparameters.yaml"
+    );
+    kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", crd],
+        None,
+    );
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gatehouseparameters.gatehouse.dev",
+        ],
+        None,
+    );
     let mut host = TestHost::new();
     let a = host.echo(9011, "a").await;
     apply(&format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: {controller_name}}}\n---\n\
+        "apiVersion: gatehouse.dev/v1alpha1\nkind: GatehouseParameters\nmetadata: {{name: params, namespace: {ns}}}\nspec: {{replicas: 2, service: {{type: ClusterIP}}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec:\n  controllerName: {controller_name}\n  parametersRef: {{group: gatehouse.dev, kind: GatehouseParameters, name: params, namespace: {ns}}}\n---\n\
          apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {listener_port}, protocol: HTTP}}]\n---\n\
          apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: other, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {other_port}, protocol: HTTP}}]\n---\n\
          apiVersion: v1\nkind: Service\nmetadata: {{name: svc, namespace: {ns}}}\nspec:\n  ports: [{{name: http, port: 80, targetPort: {p}}}]\n---\n\
@@ -74,7 +93,7 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     ));
 
     let endpoint = format!("https://127.0.0.1:{sync_port}");
-    let options = ControllerOptions {
+    let options = || ControllerOptions {
         admin_address: "127.0.0.1:0".parse().unwrap(),
         default_address: "127.0.0.1".parse::<IpAddr>().unwrap(),
         local_addresses: false,
@@ -99,7 +118,7 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
             dataplane_bind: "127.0.0.1".parse().unwrap(),
         }),
     };
-    let running = start(options, kube_client().await).await.unwrap();
+    let running = start(options(), kube_client().await).await.unwrap();
 
     // Every Gateway's objects, owned by it; the data plane's account has no token.
     eventually(
@@ -139,6 +158,28 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     );
     let svc = get("service", &ns, "gw-gatehouse");
     assert_eq!(svc["spec"]["ports"][0]["port"], listener_port);
+    assert_eq!(svc["spec"]["type"], "ClusterIP", "the class's parameters");
+    assert_eq!(d["spec"]["replicas"], 2, "the class's parameters");
+    // A parameters change reaches the Deployment.
+    kubectl(
+        &[
+            "patch",
+            "gatehouseparameters",
+            "-n",
+            &ns,
+            "params",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#,
+        ],
+        None,
+    );
+    eventually(
+        "the Deployment follows the parameters",
+        Duration::from_secs(20),
+        || async { get("deployment", &ns, "gw-gatehouse")["spec"]["replicas"] == 3 },
+    )
+    .await;
     // No replica yet: not Programmed, and status says why.
     eventually(
         "Programmed=False before any data plane",
@@ -197,6 +238,12 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
         },
     )
     .await;
+    let cluster_ip = get("service", &ns, "gw-gatehouse")["spec"]["clusterIP"].clone();
+    assert_eq!(
+        get("gateway", &ns, "gw")["status"]["addresses"][0]["value"],
+        cluster_ip,
+        "status.addresses is the Gateway's own Service"
+    );
     assert!(
         condition(&ns, "gateway", "other", "Programmed").is_some_and(|(s, _, _)| s == "False"),
         "the other Gateway has no replica"
@@ -227,6 +274,57 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     )
     .await;
     assert!(exists("deployment", &ns, "gw-gatehouse"));
+
+    // The control plane goes away under load: the data plane keeps serving, every request
+    // succeeds, and readiness stays (it says the control plane is unreachable).
+    let load = {
+        let (c, u) = (c.clone(), url(listener_port, "/two"));
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            let until = std::time::Instant::now() + Duration::from_secs(4);
+            while std::time::Instant::now() < until {
+                if answer(&c, &u).await == (200, "a".into()) {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            (ok, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await;
+    let (ok, failed) = load.await.unwrap();
+    eprintln!("control plane stopped under load: {ok} requests ok, {failed} failed");
+    assert_eq!(failed, 0, "{ok} ok");
+    assert!(ok > 10, "the load ran ({ok} requests)");
+    let readyz = c
+        .get(format!("http://{}/readyz", proxy.admin_address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(readyz.status().as_u16(), 200);
+    let text = readyz.text().await.unwrap();
+    assert!(text.contains("unreachable"), "{text}");
+
+    // Back: the same CA (from its Secret), the data plane reconnects and follows changes.
+    let running = start(options(), kube_client().await).await.unwrap();
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [app.example]\n  rules: [{{matches: [{{path: {{value: /three}}}}], backendRefs: [{{name: svc, port: 80}}]}}]\n"
+    ));
+    eventually(
+        "after the restart a change applies",
+        Duration::from_secs(30),
+        || {
+            let (c, u) = (c.clone(), url(listener_port, "/three"));
+            async move { answer(&c, &u).await == (200, "a".into()) }
+        },
+    )
+    .await;
+    eventually("Programmed=True again", Duration::from_secs(20), || async {
+        condition(&ns, "gateway", "gw", "Programmed").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
 
     proxy.stop().await;
     running.stop().await;

@@ -130,6 +130,7 @@ pub mod names {
     pub const LISTENERS_NOT_VALID: &str = "ListenersNotValid";
     pub const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
     pub const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
+    pub const ADDRESS_NOT_ASSIGNED: &str = "AddressNotAssigned";
     pub const UNSUPPORTED_PROTOCOL: &str = "UnsupportedProtocol";
     pub const INVALID_ROUTE_KINDS: &str = "InvalidRouteKinds";
     pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";

@@ -581,7 +581,17 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     generation,
                 )
             };
-            let prog = if programmed > 0 {
+            let prog = if programmed > 0 && published.is_some_and(<[_]>::is_empty) {
+                // Its own Service has no address yet (a load balancer still assigning one):
+                // clients cannot reach it, so it is not Programmed yet.
+                condition(
+                    PROGRAMMED,
+                    false,
+                    ADDRESS_NOT_ASSIGNED,
+                    "waiting for an address: the data plane's Service has none yet",
+                    generation,
+                )
+            } else if programmed > 0 {
                 condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation)
             } else {
                 condition(

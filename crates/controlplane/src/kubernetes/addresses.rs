@@ -34,11 +34,43 @@ pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
             .map(|g| {
                 let key = ObjectKey::of(&g.metadata);
                 let service = ObjectKey::new(key.namespace.clone(), service_name(&key.name));
-                let published = published_addresses(input, &service).unwrap_or_default();
+                let published = own_service_addresses(input, &service);
                 (key, published)
             })
             .collect();
     })
+}
+
+/// A provisioned Gateway's Service's addresses: a LoadBalancer's ingress only (its cluster IP
+/// is no address for clients outside the cluster, and reporting it while the load balancer is
+/// still assigning one would send them nowhere), else the cluster IPs. Empty while there is
+/// none.
+fn own_service_addresses(input: &Input, service: &ObjectKey) -> Vec<(String, String)> {
+    let Some(svc) = input
+        .services
+        .iter()
+        .find(|s| ObjectKey::of(&s.metadata) == *service)
+    else {
+        return Vec::new();
+    };
+    let load_balancer = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        .is_some_and(|t| t == "LoadBalancer");
+    let published = published_addresses(input, service).unwrap_or_default();
+    if load_balancer {
+        let has_ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .is_some_and(|i| !i.is_empty());
+        if !has_ingress {
+            return Vec::new();
+        }
+    }
+    published
 }
 
 /// Stable loopback addresses per Gateway: derived from its name, so they survive restarts,

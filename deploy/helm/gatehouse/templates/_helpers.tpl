@@ -67,3 +67,23 @@ app.kubernetes.io/part-of: gatehouse
 {{- printf "%s:%d" $host (int .Values.admin.port) }}
 {{- end }}
 {{- end }}
+
+{{/* Provisioned mode: where the sync server listens (admin.bindAddress, provisioning.syncPort). */}}
+{{- define "gatehouse.syncAddress" -}}
+{{- $host := .Values.admin.bindAddress }}
+{{- if contains ":" $host }}
+{{- printf "[%s]:%d" $host (int .Values.provisioning.syncPort) }}
+{{- else }}
+{{- printf "%s:%d" $host (int .Values.provisioning.syncPort) }}
+{{- end }}
+{{- end }}
+
+{{/* Provisioned mode: the sync Service's name in the cluster, <fullname>.<namespace>.svc. */}}
+{{- define "gatehouse.syncHost" -}}
+{{- printf "%s.%s.svc" (include "gatehouse.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* Provisioned mode: the Secret holding the control plane's CA (release namespace). */}}
+{{- define "gatehouse.caSecretName" -}}
+{{- default (printf "%s-ca" (include "gatehouse.fullname" .)) .Values.provisioning.caSecretName }}
+{{- end }}
