@@ -10,7 +10,10 @@
 // adding it changes no dependency of the API server. kubeadm 1.34 deploys 3.6.5.
 //
 // cmd/gatehouse-node, the test node agent, uses client-go, golang.org/x/sys and the OCI
-// image-spec types, all already in this module graph at the versions above.
+// image-spec types, all already in this module graph at the versions above, and
+// github.com/miekg/dns for its cluster DNS server: v1.1.63, the newest release whose own
+// requirements (golang.org/x/net, sys, sync, tools) are all at or below the versions this
+// graph already has, so adding it upgrades nothing the API server is built from.
 module gatehouse/cluster
 
 go 1.24.0
@@ -18,6 +21,7 @@ go 1.24.0
 godebug default=go1.24
 
 require (
+	github.com/miekg/dns v1.1.63
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
 	go.etcd.io/etcd/server/v3 v3.6.4
@@ -156,6 +160,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/crypto v0.36.0 // indirect
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
+	golang.org/x/mod v0.21.0 // indirect
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/oauth2 v0.27.0 // indirect
 	golang.org/x/sync v0.12.0 // indirect

@@ -212,7 +212,8 @@ node_net_pick() {
 
 # Removes what this state dir's node agent may have left (it cleans up itself on TERM; this
 # is for one that was killed): tmpfs mounts under <state>/node, its network namespaces (with
-# their veths) and its bridge. Never touches another cluster's or the conformance run's.
+# their veths), its bridge and its nftables table (Service rules, `ip gatehouse-node-<bridge>`).
+# Never touches another cluster's or the conformance run's.
 node_cleanup() {
   [[ -f $STATE/node.net ]] || return 0
   local NODE_BRIDGE='' NODE_CIDR='' NODE_NETNS_PREFIX='' m ns
@@ -227,6 +228,9 @@ node_cleanup() {
   fi
   if [[ -n $NODE_BRIDGE ]] && ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
     ip link del "$NODE_BRIDGE" 2>/dev/null || true
+  fi
+  if [[ -n $NODE_BRIDGE ]] && command -v nft >/dev/null 2>&1; then
+    nft delete table ip "gatehouse-node-$NODE_BRIDGE" 2>/dev/null || true
   fi
 }
 

@@ -32,6 +32,13 @@ type agent struct {
 	pods  listersv1.PodLister
 	queue workqueue.TypedRateLimitingInterface[string]
 
+	// Services and EndpointSlices (Service environment variables, the ClusterIP rules of
+	// proxy, the answers of dns), and the host's resolv.conf (dnsPolicy Default).
+	view    *serviceView
+	proxy   *serviceProxy
+	dns     *dnsServer
+	hostDNS resolvConf
+
 	mu      sync.Mutex
 	running map[string]*podRuntime // by namespace/name
 }
@@ -157,8 +164,25 @@ func (a *agent) run(ctx context.Context) {
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 		DeleteFunc: enqueue,
 	})
+	// Services and EndpointSlices: every change re-renders the ClusterIP rules; the DNS
+	// answers and environment variables read the caches when asked.
+	services, slices := factory.Core().V1().Services(), factory.Discovery().V1().EndpointSlices()
+	a.view = &serviceView{services: services.Lister(), slices: slices.Lister()}
+	kick := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.proxy.kick() },
+		UpdateFunc: func(any, any) { a.proxy.kick() },
+		DeleteFunc: func(any) { a.proxy.kick() },
+	}
+	_, _ = services.Informer().AddEventHandler(kick)
+	_, _ = slices.Informer().AddEventHandler(kick)
+	a.proxy.view = a.view
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	// Before any Pod starts: the Service rules in place (a failure is logged and retried by
+	// proxy.run, which starts with a sync) and the DNS server answering.
+	_ = a.proxy.sync()
+	go a.proxy.run(ctx)
+	a.dns.serve(a.view)
 	go func() {
 		<-ctx.Done()
 		a.queue.ShutDown()

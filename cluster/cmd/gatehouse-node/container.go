@@ -179,7 +179,7 @@ func (c *containerState) prepare(ctx context.Context) (*runSpec, error) {
 		if len(spec.Command) > 0 {
 			return nil, fmt.Errorf("image %s is mapped to a binary (--image), which runs as it is; a container command override needs the image in --image-store", spec.Image)
 		}
-		env, err := rt.containerEnv(ctx, spec, []string{"PATH=" + defaultPath, "HOSTNAME=" + rt.hostname()})
+		env, err := rt.containerEnv(ctx, spec, append([]string{"PATH=" + defaultPath, "HOSTNAME=" + rt.hostname()}, rt.serviceEnv()...))
 		if err != nil {
 			return nil, err
 		}
@@ -194,8 +194,8 @@ func (c *containerState) prepare(ctx context.Context) (*runSpec, error) {
 		return &runSpec{argv: append([]string{img.binary}, expandAll(spec.Args, env)...), env: env, mounts: mounts, workdir: workdir}, nil
 	}
 
-	// An image: its Env, then the Pod's; Kubernetes command/args replace the image's
-	// Entrypoint/Cmd (command alone drops Cmd).
+	// An image: its Env, then the Service variables, then the Pod's; Kubernetes command/args
+	// replace the image's Entrypoint/Cmd (command alone drops Cmd).
 	s := &runSpec{workdir: spec.WorkingDir}
 	var err error
 	if s.uid, s.gid, s.groups, err = rt.identity(spec, img); err != nil {
@@ -204,6 +204,7 @@ func (c *containerState) prepare(ctx context.Context) (*runSpec, error) {
 	base := []string{"PATH=" + defaultPath, "HOME=" + homeDir(img.rootfs, s.uid)}
 	base = append(base, img.config.Env...)
 	base = append(base, "HOSTNAME="+rt.hostname())
+	base = append(base, rt.serviceEnv()...)
 	env, err := rt.containerEnv(ctx, spec, base)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,8 @@ import (
 // fieldRefs, Secret and ConfigMap keys, and envFrom. Anything else is an error, which
 // keeps the container from starting (visible in its status) instead of running it wrong.
 //
-// base comes first (the defaults, and an image's own Env); later entries win.
+// base comes first (the defaults, an image's own Env, the Service variables); later entries
+// win, and $(VAR) can refer to earlier ones.
 func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container, base []string) ([]string, error) {
 	env := append([]string(nil), base...)
 	for _, from := range c.EnvFrom {
@@ -52,6 +53,16 @@ func (rt *podRuntime) containerEnv(ctx context.Context, c *corev1.Container, bas
 		env = append(env, e.Name+"="+v)
 	}
 	return env, nil
+}
+
+// serviceEnv is the Pod's Service environment (see serviceEnv in services.go), computed at
+// every container start from the Services known then, as the kubelet does.
+func (rt *podRuntime) serviceEnv() []string {
+	if rt.agent.view == nil {
+		return nil
+	}
+	links := rt.pod.Spec.EnableServiceLinks == nil || *rt.pod.Spec.EnableServiceLinks
+	return serviceEnv(rt.agent.view.all(), rt.pod.Namespace, links)
 }
 
 // secret fetches a Secret the Pod refers to; nil without an error when it cannot be read and

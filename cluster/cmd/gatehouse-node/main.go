@@ -14,7 +14,9 @@
 //
 // It reports Pod status, runs startup/liveness/readiness probes, runs preStop hooks and
 // honours the grace period when Pods are deleted, and serves container logs on the kubelet
-// API so that `kubectl logs` works. An image it cannot find leaves its Pod Pending with
+// API so that `kubectl logs` works. It also plays kube-proxy and cluster DNS for its Pods:
+// Service environment variables (services.go), ClusterIP rules in nftables (proxy.go) and a
+// DNS server on the node address (dns.go). An image it cannot find leaves its Pod Pending with
 // ErrImagePull; it never reports such a Pod Ready. See cluster/README.md.
 //
 // Subcommands `exec-container` and `sysctl` are internal: they run inside the Pod's
@@ -27,6 +29,8 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -74,6 +78,7 @@ func main() {
 	flag.StringVar(&cfg.imageStore, "image-store", "", "OCI image layout directory (index.json, blobs/) whose org.opencontainers.image.ref.name annotations name the images")
 	flag.DurationVar(&cfg.backoffInitial, "backoff-initial", 10*time.Second, "delay before restarting a container that exited; doubles on every restart (kubelet: 10s)")
 	flag.DurationVar(&cfg.backoffMax, "backoff-max", 5*time.Minute, "longest restart delay (kubelet: 5m); a container that ran twice this long starts again from --backoff-initial")
+	flag.StringVar(&cfg.clusterDomain, "cluster-domain", "cluster.local", "DNS domain of the cluster (the cluster DNS answers for it; Pods' search lists end in it)")
 	flag.Parse()
 	if cfg.stateDir == "" {
 		log.Fatal("--state-dir is required")
@@ -88,6 +93,9 @@ func main() {
 		log.Fatalf("kubeconfig: %v", err)
 	}
 	restCfg.QPS, restCfg.Burst = 50, 100
+	if cfg.apiServer, err = apiServerAddr(restCfg.Host); err != nil {
+		log.Fatalf("kubeconfig: %v", err)
+	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		log.Fatalf("client: %v", err)
@@ -101,9 +109,31 @@ func main() {
 
 type config struct {
 	kubeconfig, nodeName, stateDir, bridge, podCIDR, netnsPrefix, clientCA, readyFile string
-	imageStore                                                                        string
+	imageStore, clusterDomain                                                         string
 	images                                                                            map[string]string
 	backoffInitial, backoffMax                                                        time.Duration
+	apiServer                                                                         netip.AddrPort // where the `kubernetes` Service leads
+}
+
+// apiServerAddr is the IPv4 address and port of the kubeconfig's server URL (a host name is
+// resolved to its first IPv4 address). The address is unmapped: net.ResolveTCPAddr gives a
+// 16-byte IP, which netip would keep as ::ffff:a.b.c.d, and nft (table ip) cannot DNAT to
+// that.
+func apiServerAddr(server string) (netip.AddrPort, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return netip.AddrPort{}, fmt.Errorf("server %q is not a URL", server)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	addr, err := net.ResolveTCPAddr("tcp4", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("server %q: %w", server, err)
+	}
+	ap := addr.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 func run(ctx context.Context, client kubernetes.Interface, cfg config) error {
@@ -119,7 +149,23 @@ func run(ctx context.Context, client kubernetes.Interface, cfg config) error {
 	if err != nil {
 		return err
 	}
+	cidr, err := netip.ParsePrefix(network.cidr.String())
+	if err != nil {
+		return err
+	}
+	proxy, err := newServiceProxy(cfg.bridge, cidr, cfg.apiServer)
+	if err != nil {
+		return err
+	}
+	defer proxy.teardown()
+	hostDNS := hostResolvConf()
+	dnsServer, err := newDNSServer(network.gateway, cfg.clusterDomain, upstreamsOf(hostDNS, network.gateway))
+	if err != nil {
+		return err
+	}
+	defer dnsServer.shutdown()
 	agent := newAgent(client, cfg, network, self)
+	agent.proxy, agent.dns, agent.hostDNS = proxy, dnsServer, hostDNS
 
 	api, err := startKubeletAPI(agent, network.gateway, cfg.clientCA)
 	if err != nil {
@@ -130,7 +176,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg config) error {
 	if err := agent.registerNode(ctx, port); err != nil {
 		return err
 	}
-	log.Printf("node %s registered: pod network %s on %s, kubelet API %s, image store %q", cfg.nodeName, cfg.podCIDR, cfg.bridge, api.Addr(), cfg.imageStore)
+	log.Printf("node %s registered: pod network %s on %s, kubelet API %s, image store %q; Service rules in nftables table ip %s (kubernetes Service -> %s), cluster DNS %s:53 for %s", cfg.nodeName, cfg.podCIDR, cfg.bridge, api.Addr(), cfg.imageStore, proxy.table, cfg.apiServer, network.gateway, cfg.clusterDomain)
 	if cfg.readyFile != "" {
 		if err := os.WriteFile(cfg.readyFile, []byte(api.Addr().String()+"\n"), 0o644); err != nil {
 			return err

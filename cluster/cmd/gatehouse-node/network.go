@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 )
@@ -15,6 +17,13 @@ import (
 // one veth pair per pod; the pod end is eth0 in the pod's network namespace. The host
 // reaches pods directly over the bridge, which is how Gatehouse (on the host) reaches the
 // backends behind EndpointSlices.
+//
+// For Service traffic (proxy.go) the bridge forwards IPv4 (net.ipv4.conf.<bridge>.forwarding:
+// a Pod's connection to a ClusterIP is DNATed to another Pod on the same bridge, or beyond)
+// and routes to loopback (route_localnet: the `kubernetes` Service is DNATed to the API
+// server on 127.0.0.1). Both are settings of this bridge only, gone with it; the host's
+// net.ipv4.ip_forward is not touched. The veths are in hairpin mode, as the kubelet sets them,
+// so that a Pod can reach itself through a Service.
 type podNetwork struct {
 	bridge  string
 	prefixN string // network namespace name prefix
@@ -50,6 +59,11 @@ func newPodNetwork(bridge, cidr, netnsPrefix string) (*podNetwork, error) {
 	}
 	if err := ip("link", "set", bridge, "up"); err != nil {
 		return nil, err
+	}
+	for _, k := range []string{"forwarding", "route_localnet"} {
+		if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", bridge, k), []byte("1"), 0o644); err != nil {
+			return nil, fmt.Errorf("net.ipv4.conf.%s.%s: %w", bridge, k, err)
+		}
 	}
 	return n, nil
 }
@@ -100,6 +114,7 @@ func (n *podNetwork) attach(uid string, addr net.IP) (string, error) {
 		{"netns", "add", netns},
 		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns},
 		{"link", "set", veth, "master", n.bridge, "up"},
+		{"link", "set", veth, "type", "bridge_slave", "hairpin", "on"},
 		{"-n", netns, "addr", "add", fmt.Sprintf("%s/%d", addr, n.prefix), "dev", "eth0"},
 		{"-n", netns, "link", "set", "eth0", "up"},
 		{"-n", netns, "link", "set", "lo", "up"},

@@ -220,7 +220,8 @@ func (rt *podRuntime) setup() error {
 	return rt.writeEtc(addr)
 }
 
-// writeEtc writes the Pod's /etc/hosts, /etc/hostname and /etc/resolv.conf (the host's).
+// writeEtc writes the Pod's /etc/hosts, /etc/hostname and /etc/resolv.conf (for its
+// dnsPolicy and dnsConfig: podResolvConf in dns.go).
 func (rt *podRuntime) writeEtc(addr net.IP) error {
 	dir := filepath.Join(rt.dir, "etc")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -232,11 +233,9 @@ func (rt *podRuntime) writeEtc(addr net.IP) error {
 	for _, a := range rt.pod.Spec.HostAliases {
 		fmt.Fprintf(&hosts, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
 	}
-	resolv, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		resolv = nil
-	}
-	for name, data := range map[string][]byte{"hosts": []byte(hosts.String()), "hostname": []byte(rt.hostname() + "\n"), "resolv.conf": resolv} {
+	a := rt.agent
+	resolv := podResolvConf(rt.pod, a.hostDNS, a.network.gateway.String(), a.cfg.clusterDomain)
+	for name, data := range map[string][]byte{"hosts": []byte(hosts.String()), "hostname": []byte(rt.hostname() + "\n"), "resolv.conf": []byte(resolv)} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return err
 		}
