@@ -9,7 +9,9 @@ help:
 	@echo "make test      formatting, clippy, and every test (unit, translate fixtures, end-to-end, local kube-apiserver)"
 	@echo "make build     release build of the gatehouse binary"
 	@echo "make image     container images (buildah, no Docker): target/image, target/images"
-	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root)"
+	@echo "make helm-e2e  the image and the Helm chart end to end on the local cluster (root)"
+	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root;"
+	@echo "                 CONFORMANCE_ARGS=--provisioned: through a data plane per Gateway)"
 	@echo "make fuzz      every fuzz target for FUZZ_SECONDS (300) each after its corpus (nightly toolchain)"
 	@echo "make h2spec    HTTP/2 conformance (h2spec) of gatehouse run, cleartext and TLS"
 
@@ -88,6 +90,13 @@ bench-smoke:
 .PHONY: helm-test
 helm-test:
 	deploy/helm/test
+
+# Helm install to traffic on the local cluster (deploy/helm/e2e): builds the image, runs the
+# chart on the node agent with gatehouse-lb, a data plane per Gateway, an upgrade under load.
+# Needs root, buildah, haproxy, wrk, curl and nft.
+.PHONY: helm-e2e
+helm-e2e:
+	deploy/helm/e2e
 
 # Control-plane benchmark (bench/README.md): seed 001's time to ready on a local kube-apiserver,
 # 1, 100 and 1000 HTTPRoutes, controller CPU and memory. Needs root (a network namespace for the

@@ -28,8 +28,40 @@ func (rt *podRuntime) writeVolumes() error {
 		if err := rt.writeVolume(v, dir); err != nil {
 			return fmt.Errorf("volume %s: %w", v.Name, err)
 		}
+		if sc := rt.pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+			if err := applyFSGroup(dir, int(*sc.FSGroup)); err != nil {
+				return fmt.Errorf("volume %s: fsGroup: %w", v.Name, err)
+			}
+		}
 	}
 	return nil
+}
+
+// applyFSGroup gives the volume to the Pod's fsGroup as the kubelet does: every file and
+// directory group-owned by it and group-readable (directories also group-searchable and
+// setgid, so files created later inherit the group). Without it a non-root container cannot
+// read a Secret volume whose files are root's with mode 0440.
+func applyFSGroup(dir string, gid int) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, -1, gid); err != nil {
+			return err
+		}
+		if d.Type()&os.ModeSymlink != 0 {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := info.Mode()
+		if d.IsDir() {
+			return os.Chmod(p, mode.Perm()|0o050|os.ModeSetgid)
+		}
+		return os.Chmod(p, mode.Perm()|0o040)
+	})
 }
 
 func (rt *podRuntime) volumeDir(name string) string {

@@ -323,6 +323,9 @@ fn deployment(owner: &Owner, spec: &ProxySpec, settings: &Settings, names: &Name
                         run_as_non_root: Some(true),
                         run_as_user: Some(65532),
                         run_as_group: Some(65532),
+                        // The credentials volume's files are root's (mode 0440): the group
+                        // is what lets the non-root data plane read them.
+                        fs_group: Some(65532),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".into(),
                             ..SeccompProfile::default()
