@@ -1247,3 +1247,79 @@ async fn get_stream(port: u16, path: &str) -> Response<Incoming> {
         .unwrap();
     client.request(req).await.unwrap()
 }
+
+/// Reads one HTTP/1 response (head and a Content-Length body) from `stream`; `None` if the
+/// connection ended first.
+async fn read_response(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                return Some(String::from_utf8_lossy(&buf[..end + 4 + len]).into_owned());
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("no answer within 5 s")
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A drain that begins while a request is in flight must not close the kept-alive connection
+/// under the client: the response promised keep-alive, so the client's next request on it is
+/// still answered (with `Connection: close`). Closing it instead is what made load balancers'
+/// clients see read errors during rolling updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_during_a_request_answers_the_next_request_on_that_connection() {
+    let be = gatehouse_testkit::echo("a").await;
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("a")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("a", vec![be])],
+    );
+    let (dp, _) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream
+        .write_all(b"GET /slow HTTP/1.1\r\nhost: h\r\nx-echo-delay-ms: 300\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    dp.begin_drain();
+    let first = read_response(&mut stream)
+        .await
+        .expect("the first response");
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "the drain began after this request was read: {first}"
+    );
+    stream
+        .write_all(b"GET /next HTTP/1.1\r\nhost: h\r\n\r\n")
+        .await
+        .unwrap();
+    let second = read_response(&mut stream)
+        .await
+        .expect("the connection was closed under the client's next request");
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(
+        second.to_ascii_lowercase().contains("connection: close"),
+        "{second}"
+    );
+    dp.shutdown(Duration::from_secs(1)).await;
+}

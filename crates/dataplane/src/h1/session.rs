@@ -108,8 +108,13 @@ where
         first = false;
         let draining = session.conn.socket.closing();
         match session.request(len, draining).await {
-            Next::KeepGoing if !session.conn.socket.closing() => {}
-            Next::KeepGoing | Next::Close => {
+            // The response promised keep-alive, so the connection stays open even if a drain
+            // began meanwhile: closing it now would race the client's next request (it would
+            // see the connection closed under it). That request is answered with
+            // `Connection: close`; an idle connection closes when its socket stops
+            // (read_head).
+            Next::KeepGoing => {}
+            Next::Close => {
                 // TLS says goodbye (close_notify); plain TCP closes with the socket.
                 if session.conn.sni.is_some() {
                     let _ = session.io.shutdown().await;
