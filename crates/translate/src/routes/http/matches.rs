@@ -67,6 +67,15 @@ pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
     };
     let mut headers: Vec<ir::HeaderMatch> = Vec::new();
     for h in m.headers.iter().flatten() {
+        // Gateway API's CRD allows only an RFC 9110 token here; manifests from files are not
+        // checked by it, and a name with a space would never match a request (the data plane
+        // refuses it).
+        if !is_token(&h.name) {
+            return Err(format!(
+                "header match name {:?} is not a valid HTTP header name",
+                h.name
+            ));
+        }
         let name = h.name.to_ascii_lowercase();
         // The spec: only the first match for a given header name counts.
         if headers.iter().any(|x| x.name == name) {
@@ -107,6 +116,13 @@ pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
 }
 
 /// The one-line gist of a regex error (syntax errors print the pattern and a caret).
+/// An RFC 9110 token (`tchar`s), as header field names are.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 fn regex_error(e: &regex::Error) -> String {
     match e {
         regex::Error::Syntax(s) => s
