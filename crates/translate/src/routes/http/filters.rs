@@ -25,7 +25,7 @@ macro_rules! filter_from {
                                 .iter()
                                 .map(|h| (&h.name, &h.value)),
                             m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                        )),
+                        )?),
                     )
                 }
                 $kind::ResponseHeaderModifier => {
@@ -41,7 +41,7 @@ macro_rules! filter_from {
                                 .iter()
                                 .map(|h| (&h.name, &h.value)),
                             m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                        )),
+                        )?),
                     )
                 }
                 $kind::RequestRedirect => {
@@ -96,25 +96,44 @@ pub fn unsupported(kind: &str) -> String {
     format!("filter type {kind} is not supported by Gatehouse")
 }
 
-/// Header names are matched case-insensitively: the IR keeps them in lower case.
+/// Header names are matched case-insensitively: the IR keeps them in lower case. Names must be
+/// HTTP tokens and values visible ASCII (or tab), as the CRD's patterns say; manifest files are
+/// not checked by the CRD, and the data plane would refuse anything else.
 pub fn header_modifier<'a>(
     set: impl Iterator<Item = (&'a String, &'a String)>,
     add: impl Iterator<Item = (&'a String, &'a String)>,
     remove: &[String],
-) -> ir::HeaderModifier {
-    let pairs = |list: &mut dyn Iterator<Item = (&'a String, &'a String)>| -> Vec<ir::HeaderValue> {
-        list.map(|(name, value)| ir::HeaderValue {
-            name: name.to_ascii_lowercase(),
-            value: value.clone(),
+) -> Result<ir::HeaderModifier, String> {
+    fn name(n: &str) -> Result<String, String> {
+        if super::matches::is_token(n) {
+            Ok(n.to_ascii_lowercase())
+        } else {
+            Err(format!("header name {n:?} is not a valid HTTP header name"))
+        }
+    }
+    let pairs = |list: &mut dyn Iterator<Item = (&'a String, &'a String)>| {
+        list.map(|(n, value)| {
+            if !value
+                .bytes()
+                .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+            {
+                return Err(format!(
+                    "header {n:?}: value {value:?} holds characters a header value cannot carry"
+                ));
+            }
+            Ok(ir::HeaderValue {
+                name: name(n)?,
+                value: value.clone(),
+            })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()
     };
     let (mut set, mut add) = (set, add);
-    ir::HeaderModifier {
-        set: pairs(&mut set),
-        add: pairs(&mut add),
-        remove: remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
-    }
+    Ok(ir::HeaderModifier {
+        set: pairs(&mut set)?,
+        add: pairs(&mut add)?,
+        remove: remove.iter().map(|n| name(n)).collect::<Result<_, _>>()?,
+    })
 }
 
 /// A path modifier given as (is ReplaceFullPath, replaceFullPath, replacePrefixMatch).

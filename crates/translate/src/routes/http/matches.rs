@@ -117,7 +117,7 @@ pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
 
 /// The one-line gist of a regex error (syntax errors print the pattern and a caret).
 /// An RFC 9110 token (`tchar`s), as header field names are.
-fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
