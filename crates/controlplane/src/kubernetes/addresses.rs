@@ -2,7 +2,8 @@
 
 use crate::reconcile::AdjustOptions;
 use gatehouse_translate::{Input, ObjectKey, Options as TranslateOptions};
-use std::collections::{BTreeMap, BTreeSet};
+use k8s_openapi::api::core::v1::Service;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Per snapshot: with `local_addresses`, each Gateway gets a loopback address of its own
@@ -28,13 +29,21 @@ pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
     let mut book = AddressBook::default();
     Box::new(move |input: &Input, options: &mut TranslateOptions| {
         options.gateway_addresses = book.assign(input);
+        // One pass over the Services, not one per Gateway.
+        let services: HashMap<ObjectKey, &Service> = input
+            .services
+            .iter()
+            .map(|s| (ObjectKey::of(&s.metadata), s))
+            .collect();
         options.gateway_published_addresses = input
             .gateways
             .iter()
             .map(|g| {
                 let key = ObjectKey::of(&g.metadata);
                 let service = ObjectKey::new(key.namespace.clone(), service_name(&key.name));
-                let published = own_service_addresses(input, &service);
+                let published = services
+                    .get(&service)
+                    .map_or_else(Vec::new, |svc| own_service_addresses(svc));
                 (key, published)
             })
             .collect();
@@ -45,32 +54,18 @@ pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
 /// is no address for clients outside the cluster, and reporting it while the load balancer is
 /// still assigning one would send them nowhere), else the cluster IPs. Empty while there is
 /// none.
-fn own_service_addresses(input: &Input, service: &ObjectKey) -> Vec<(String, String)> {
-    let Some(svc) = input
-        .services
-        .iter()
-        .find(|s| ObjectKey::of(&s.metadata) == *service)
-    else {
-        return Vec::new();
-    };
+fn own_service_addresses(svc: &Service) -> Vec<(String, String)> {
     let load_balancer = svc
         .spec
         .as_ref()
         .and_then(|s| s.type_.as_deref())
         .is_some_and(|t| t == "LoadBalancer");
-    let published = published_addresses(input, service).unwrap_or_default();
-    if load_balancer {
-        let has_ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .is_some_and(|i| !i.is_empty());
-        if !has_ingress {
-            return Vec::new();
-        }
+    let ingress = ingress_addresses(svc);
+    if load_balancer || !ingress.is_empty() {
+        ingress
+    } else {
+        cluster_ips(svc)
     }
-    published
 }
 
 /// Stable loopback addresses per Gateway: derived from its name, so they survive restarts,
@@ -126,8 +121,17 @@ pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(St
         .services
         .iter()
         .find(|s| ObjectKey::of(&s.metadata) == *service)?;
-    let ingress: Vec<(String, String)> = svc
-        .status
+    let ingress = ingress_addresses(svc);
+    if !ingress.is_empty() {
+        return Some(ingress);
+    }
+    let ips = cluster_ips(svc);
+    (!ips.is_empty()).then_some(ips)
+}
+
+/// The Service's load-balancer ingress, as (type, value).
+fn ingress_addresses(svc: &Service) -> Vec<(String, String)> {
+    svc.status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
@@ -138,19 +142,20 @@ pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(St
             (None, Some(h)) => Some(("Hostname".to_string(), h.clone())),
             _ => None,
         })
-        .collect();
-    if !ingress.is_empty() {
-        return Some(ingress);
-    }
-    let spec = svc.spec.as_ref()?;
-    let ips: Vec<(String, String)> = spec
-        .cluster_ips
+        .collect()
+}
+
+/// The Service's cluster IPs (none for a headless one), as (type, value).
+fn cluster_ips(svc: &Service) -> Vec<(String, String)> {
+    let Some(spec) = svc.spec.as_ref() else {
+        return Vec::new();
+    };
+    spec.cluster_ips
         .clone()
         .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
         .into_iter()
         .flatten()
         .filter(|ip| ip != "None" && !ip.is_empty())
         .map(|ip| ("IPAddress".to_string(), ip))
-        .collect();
-    (!ips.is_empty()).then_some(ips)
+        .collect()
 }
