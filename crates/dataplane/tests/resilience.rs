@@ -138,3 +138,121 @@ async fn when_every_endpoint_refuses_the_answer_is_502() {
         assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     }
 }
+
+/// A backend killed between two requests of a kept-alive upstream connection: it answers
+/// one request, stops listening, and closes the connection unanswered when the next request
+/// arrives on it. Returns its address and how many requests reached it.
+async fn dies_after_one_answer() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the gateway closed before its first request");
+            got.extend_from_slice(&buf[..n]);
+        }
+        counter.fetch_add(1, Ordering::SeqCst);
+        conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\ndying")
+            .await
+            .unwrap();
+        drop(listener); // new connections are refused from now on
+        if conn.read(&mut buf).await.is_ok_and(|n| n > 0) {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        // Dropped unanswered.
+    });
+    (addr, seen)
+}
+
+/// The kept-alive connection to a backend that died is closed under the next request: that
+/// request (idempotent, no body) goes on a new connection, and since the dead endpoint also
+/// refuses connections, to another endpoint: the client sees only 200s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
+    let live = raw_backend(|_, _| ok("live")).await;
+    let (dying, seen) = dies_after_one_answer().await;
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", vec![dying, live.addr])],
+    );
+    let (dp, registry) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg).await;
+
+    // The HTTP/1 path, one client connection kept alive.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut pending = Vec::new();
+    let mut bodies = Vec::new();
+    for i in 0..10 {
+        tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n")
+            .await
+            .unwrap();
+        let response = read_response(&mut c, &mut pending, false).await;
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "request {i}: {response}"
+        );
+        bodies.push(if response.ends_with("dying") {
+            "dying"
+        } else {
+            "live"
+        });
+    }
+    assert_eq!(
+        bodies.iter().filter(|b| **b == "dying").count(),
+        1,
+        "{bodies:?}"
+    );
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a second request was sent on the dead backend's kept-alive connection"
+    );
+    assert!(
+        metric(
+            &registry,
+            r#"gatehouse_upstream_retries_total{cluster="b"}"#
+        ) >= 1.0,
+        "the request went to the other endpoint as a retry"
+    );
+
+    // hyper's path (HTTP/2 client), with a second backend that dies the same way.
+    let (dying2, seen2) = dies_after_one_answer().await;
+    let port2 = free_port();
+    let cfg = config(
+        vec![listener(
+            port2,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", vec![dying2, live.addr])],
+    );
+    apply_ok(&dp, &cfg).await;
+    let stream = TcpStream::connect(("127.0.0.1", port2)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for i in 0..10 {
+        let req = Request::get("http://h/")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "h2 request {i}");
+    }
+    assert_eq!(seen2.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

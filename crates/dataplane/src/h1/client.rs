@@ -6,7 +6,7 @@
 //! hyper-util's client, which streams request bodies.
 
 use super::body::Decoder;
-use super::pool::{Conn, Pool, checkout_or_connect};
+use super::pool::{Conn, Pool, checkout_or_connect, reconnect};
 use crate::headers::HeaderList;
 use crate::table::{ClusterState, Endpoint};
 use crate::upstream::{BoxError, UpstreamError};
@@ -33,24 +33,22 @@ pub(crate) async fn send(
         parts.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     );
-    let (mut up, endpoint) = checkout_or_connect(cluster, endpoint)
+    let (mut up, mut endpoint) = checkout_or_connect(cluster, endpoint)
         .await
         .map_err(UpstreamError::Connect)?;
-    let pool = endpoint
-        .pool
-        .as_ref()
-        .expect("checkout_or_connect uses the pool");
+    let mut retried = false;
     let len = loop {
         up.out.clear();
         write_head(&mut up.out, parts);
         match exchange(&mut up).await {
             Ok(len) => break len,
             // A kept-alive connection the backend closed meanwhile: once more on a new one.
-            Err(Failure::Closed) if up.reused && idempotent => {
-                up = pool.connect().await.map_err(|e| {
-                    cluster.connect_failed(endpoint);
-                    UpstreamError::Connect(e)
-                })?;
+            // (Once: a second closed connection is a backend that closes on purpose.)
+            Err(Failure::Closed) if up.reused && idempotent && !retried => {
+                retried = true;
+                (up, endpoint) = reconnect(cluster, endpoint)
+                    .await
+                    .map_err(UpstreamError::Connect)?;
             }
             Err(Failure::Closed) => {
                 return Err(UpstreamError::Failed(
@@ -77,7 +75,10 @@ pub(crate) async fn send(
     let mut body = PooledBody {
         conn: Some(up),
         decoder: Decoder::new(framing),
-        pool: pool.clone(),
+        pool: endpoint
+            .pool
+            .clone()
+            .expect("checkout_or_connect and reconnect use the pool"),
         reusable,
     };
     if body.decoder.is_done() {

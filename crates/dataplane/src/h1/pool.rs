@@ -285,6 +285,33 @@ pub(crate) async fn checkout_or_connect<'e>(
     }
 }
 
+/// A new connection after a kept-alive one to `endpoint` turned out closed before answering:
+/// to the same endpoint, or, when that connect fails too (the backend died with the
+/// connection, as a killed pod does), to another endpoint exactly as [`checkout_or_connect`]
+/// goes elsewhere after any connect failure. Nothing of the request reached a backend that
+/// answered, so the callers only come here for requests they may send again.
+pub(crate) async fn reconnect<'e>(
+    cluster: &'e ClusterState,
+    endpoint: &'e Endpoint,
+) -> Result<(Box<Conn>, &'e Endpoint), BoxError> {
+    let Some(pool) = endpoint.pool.as_deref() else {
+        return Err("the endpoint has no HTTP/1 pool".into());
+    };
+    let error = match pool.connect().await {
+        Ok(up) => return Ok((up, endpoint)),
+        Err(error) => error,
+    };
+    cluster.connect_failed(endpoint);
+    tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream reconnect failed");
+    match cluster.pick_other(endpoint.addr) {
+        Some(next) => {
+            cluster.retries.inc();
+            checkout_or_connect(cluster, next).await
+        }
+        None => Err(error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

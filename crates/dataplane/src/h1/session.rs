@@ -10,7 +10,7 @@ use super::body::{Encoding, Pipe, PipeError};
 use super::buf::ReadBuf;
 use super::deadline::Deadline;
 use super::parse::{Framing, HeadError, RequestHead, strip_connection_listed};
-use super::pool::{Conn, checkout_or_connect};
+use super::pool::{Conn, checkout_or_connect, reconnect};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
 use crate::filters::Filter;
@@ -437,14 +437,10 @@ where
         let replayable = body == Framing::None;
         // (The head in `up_out` names no endpoint, except as Host for an HTTP/1.0 request
         // without one: a retry on another endpoint sends it unchanged.)
-        let (mut up, endpoint) = match checkout_or_connect(cluster, endpoint).await {
+        let (mut up, mut endpoint) = match checkout_or_connect(cluster, endpoint).await {
             Ok(connected) => connected,
             Err(_) => return self.fail(StatusCode::BAD_GATEWAY, "upstream connect error\n"),
         };
-        let pool = endpoint
-            .pool
-            .as_deref()
-            .expect("checkout_or_connect uses the pool");
         let mut attempt = 0;
         let (status_len, req_pipe) = loop {
             attempt += 1;
@@ -536,10 +532,9 @@ where
                             cluster = &*cluster.name,
                             "kept-alive upstream connection was closed; retrying on a new one"
                         );
-                        up = match pool.connect().await {
-                            Ok(up) => up,
+                        (up, endpoint) = match reconnect(cluster, endpoint).await {
+                            Ok(connected) => connected,
                             Err(error) => {
-                                cluster.connect_failed(endpoint);
                                 debug!(cluster = &*cluster.name, %error, "upstream connect failed");
                                 return self
                                     .fail(StatusCode::BAD_GATEWAY, "upstream connect error\n");
@@ -651,7 +646,11 @@ where
         match streamed {
             Ok(()) => {
                 if upstream_reusable && request_done && up.buf.is_empty() {
-                    pool.checkin(up);
+                    endpoint
+                        .pool
+                        .as_deref()
+                        .expect("checkout_or_connect and reconnect use the pool")
+                        .checkin(up);
                 }
                 Exchanged::Responded {
                     status,
