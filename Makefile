@@ -10,6 +10,7 @@ help:
 	@echo "make build     release build of the gatehouse binary"
 	@echo "make image     container images (buildah, no Docker): target/image, target/images"
 	@echo "make helm-e2e  the image and the Helm chart end to end on the local cluster (root)"
+	@echo "make bench-nfr zero-downtime scaling and longevity (seeds 000, 002) on the local cluster (root)"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root;"
 	@echo "                 CONFORMANCE_ARGS=--provisioned: through a data plane per Gateway)"
 	@echo "make fuzz      every fuzz target for FUZZ_SECONDS (300) each after its corpus (nightly toolchain)"
@@ -97,6 +98,13 @@ helm-test:
 .PHONY: helm-e2e
 helm-e2e:
 	deploy/helm/e2e
+
+# Seeds 000 (zero-downtime scaling) and 002 (longevity) plus a backend failure, on the local
+# cluster with the image (root): bench/results/<date>-<commit>-nfr/report.md. About 75 minutes
+# (one-hour soak); `BENCH_ARGS=--quick` is the CI mode (1<->3 replicas, 2-minute soak).
+.PHONY: bench-nfr
+bench-nfr:
+	bench/nfr/run $(BENCH_ARGS)
 
 # Control-plane benchmark (bench/README.md): seed 001's time to ready on a local kube-apiserver,
 # 1, 100 and 1000 HTTPRoutes, controller CPU and memory. Needs root (a network namespace for the
