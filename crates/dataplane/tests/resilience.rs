@@ -256,3 +256,78 @@ async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
     }
     assert_eq!(seen2.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// An address whose connects hang, as a deleted pod's do until its removal arrives: a
+/// listener that never accepts, its accept queue filled, so the kernel drops further SYNs.
+/// The returned sockets keep the queue full.
+fn dark_address() -> (SocketAddr, Vec<std::net::TcpStream>, socket2::Socket) {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener
+        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    // Connects complete (into the queue) until it is full; then one hangs.
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => break,
+        }
+        assert!(fillers.len() < 64, "the accept queue never filled");
+    }
+    (addr, fillers, listener)
+}
+
+/// A connect that hangs does not hold the request for the connect timeout: after a short
+/// wait another endpoint is tried alongside, and the dark endpoint is soon ejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dark_endpoint_delays_a_request_briefly_and_is_ejected() {
+    let live = raw_backend(|_, _| ok("live")).await;
+    let (dark, _fillers, _listener) = dark_address();
+    let port = free_port();
+    let cfg = config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", vec![dark, live.addr])],
+    );
+    // A connect timeout no request could sit out here: what the client sees below is the
+    // hedge, not the timeout.
+    let options = Options {
+        connect_timeout: std::time::Duration::from_secs(60),
+        ..Options::default()
+    };
+    let (dp, registry) = dataplane(options).await;
+    apply_ok(&dp, &cfg).await;
+    let started = std::time::Instant::now();
+    for i in 0..10 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n")
+            .await
+            .unwrap();
+        let mut pending = Vec::new();
+        let response = read_response(&mut c, &mut pending, false).await;
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "request {i}: {response}"
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "10 requests took {took:?}: some waited for the connect timeout"
+    );
+    assert!(
+        metric(
+            &registry,
+            r#"gatehouse_upstream_ejections_total{cluster="b"}"#
+        ) >= 1.0,
+        "the dark endpoint was ejected"
+    );
+    assert_eq!(live.requests.lock().unwrap().len(), 10);
+}

@@ -268,12 +268,11 @@ pub(crate) async fn checkout_or_connect<'e>(
         if let Some(up) = pool.checkout() {
             return Ok((up, endpoint));
         }
-        let error = match pool.connect().await {
-            Ok(up) => return Ok((up, endpoint)),
-            Err(error) => error,
+        let (error, failed) = match connect_hedged(cluster, endpoint, pool).await {
+            Ok(connected) => return Ok(connected),
+            Err(failure) => failure,
         };
-        cluster.connect_failed(endpoint);
-        tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
+        endpoint = failed;
         attempt += 1;
         match cluster.pick_other(endpoint.addr) {
             Some(next) if attempt <= CONNECT_RETRIES => {
@@ -282,6 +281,65 @@ pub(crate) async fn checkout_or_connect<'e>(
             }
             _ => return Err(error),
         }
+    }
+}
+
+/// How long a connect may take before another endpoint is tried alongside it. Inside a
+/// cluster a connect takes well under a millisecond, and a TLS handshake a few; one that is
+/// still pending after this is most likely to an address that went dark (a deleted pod whose
+/// removal has not reached us yet: its SYNs go unanswered until the connect timeout, seconds
+/// during which every request that picked it would wait).
+pub(crate) const HEDGE_AFTER: Duration = Duration::from_millis(250);
+
+/// Connects to `endpoint`; when that is still pending after [`HEDGE_AFTER`] and the cluster
+/// has another healthy endpoint, connects there too and keeps whichever connection is made
+/// first (the other attempt is dropped). A connect that was overtaken that way counts as a
+/// failure of its endpoint, so a dark endpoint is ejected after two. Failures are recorded
+/// here; the error names the endpoint last tried.
+async fn connect_hedged<'e>(
+    cluster: &'e ClusterState,
+    endpoint: &'e Endpoint,
+    pool: &'e Pool,
+) -> Result<(Box<Conn>, &'e Endpoint), (BoxError, &'e Endpoint)> {
+    let failed = |endpoint: &'e Endpoint, error: BoxError| {
+        cluster.connect_failed(endpoint);
+        tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
+        (error, endpoint)
+    };
+    let first = pool.connect();
+    tokio::pin!(first);
+    tokio::select! {
+        biased;
+        result = &mut first => return result.map(|up| (up, endpoint)).map_err(|e| failed(endpoint, e)),
+        () = tokio::time::sleep(HEDGE_AFTER) => {}
+    }
+    let Some((other, other_pool)) = cluster
+        .pick_other(endpoint.addr)
+        .and_then(|other| Some((other, other.pool.as_deref()?)))
+    else {
+        return first
+            .await
+            .map(|up| (up, endpoint))
+            .map_err(|e| failed(endpoint, e));
+    };
+    cluster.connect_failed(endpoint);
+    cluster.retries.inc();
+    tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, other = %other.addr, "upstream connect slow; trying another endpoint alongside");
+    let second = other_pool.connect();
+    tokio::pin!(second);
+    // The first attempt's failure was counted when it was overtaken.
+    tokio::select! {
+        result = &mut first => match result {
+            Ok(up) => Ok((up, endpoint)),
+            Err(_) => second.await.map(|up| (up, other)).map_err(|e| failed(other, e)),
+        },
+        result = &mut second => match result {
+            Ok(up) => Ok((up, other)),
+            Err(e) => {
+                let (_, other) = failed(other, e);
+                first.await.map(|up| (up, endpoint)).map_err(|e| (e, other))
+            }
+        },
     }
 }
 
@@ -297,13 +355,11 @@ pub(crate) async fn reconnect<'e>(
     let Some(pool) = endpoint.pool.as_deref() else {
         return Err("the endpoint has no HTTP/1 pool".into());
     };
-    let error = match pool.connect().await {
-        Ok(up) => return Ok((up, endpoint)),
-        Err(error) => error,
+    let (error, failed) = match connect_hedged(cluster, endpoint, pool).await {
+        Ok(connected) => return Ok(connected),
+        Err(failure) => failure,
     };
-    cluster.connect_failed(endpoint);
-    tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream reconnect failed");
-    match cluster.pick_other(endpoint.addr) {
+    match cluster.pick_other(failed.addr) {
         Some(next) => {
             cluster.retries.inc();
             checkout_or_connect(cluster, next).await
