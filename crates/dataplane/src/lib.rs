@@ -26,6 +26,7 @@ pub mod fuzzing;
 mod h1;
 mod headers;
 mod health;
+mod hedge;
 mod hyper_path;
 mod limits;
 mod listeners;

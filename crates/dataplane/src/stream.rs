@@ -3,8 +3,9 @@
 //! secures the backend).
 
 use crate::Shared;
-use crate::table::{ClusterState, CompiledListener, Target};
-use crate::upstream::TlsUpstream;
+use crate::hedge::connect_hedged;
+use crate::table::{ClusterState, CompiledListener, Endpoint, Target};
+use crate::upstream::{BoxError, TlsUpstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -70,21 +71,30 @@ where
         .endpoints_iter()
         .find(|e| e.addr == addr)
         .ok_or(())?;
+    let connect_timeout = shared.connect_timeout;
+    let connect = |e: &Endpoint| {
+        let addr = e.addr;
+        Some(async move {
+            match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+                Ok(result) => result.map_err(BoxError::from),
+                Err(_) => Err("connect timed out".into()),
+            }
+        })
+    };
     let mut attempt = 0;
     let tcp = loop {
-        match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(endpoint.addr)).await
-        {
-            Ok(Ok(stream)) => break stream,
-            Ok(Err(error)) => {
-                debug!(route = &*route, cluster = &*cluster.name, endpoint = %endpoint.addr, "TLSRoute backend: connect failed: {error}");
+        let failed = match connect_hedged(&cluster, endpoint, connect).await {
+            Ok((stream, connected)) => {
+                endpoint = connected;
+                break stream;
             }
-            Err(_) => {
-                debug!(route = &*route, cluster = &*cluster.name, endpoint = %endpoint.addr, "TLSRoute backend: connect timed out");
+            Err((error, failed)) => {
+                debug!(route = &*route, cluster = &*cluster.name, endpoint = %failed.addr, "TLSRoute backend: connect failed: {error}");
+                failed
             }
-        }
-        cluster.connect_failed(endpoint);
+        };
         attempt += 1;
-        match cluster.pick_other(endpoint.addr) {
+        match cluster.pick_other(failed.addr) {
             Some(next) if attempt <= crate::h1::CONNECT_RETRIES => {
                 cluster.retries.inc();
                 endpoint = next;

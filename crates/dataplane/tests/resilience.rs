@@ -257,29 +257,6 @@ async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
     assert_eq!(seen2.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
-/// An address whose connects hang, as a deleted pod's do until its removal arrives: a
-/// listener that never accepts, its accept queue filled, so the kernel drops further SYNs.
-/// The returned sockets keep the queue full.
-fn dark_address() -> (SocketAddr, Vec<std::net::TcpStream>, socket2::Socket) {
-    let listener =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    listener
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    listener.listen(0).unwrap();
-    let addr = listener.local_addr().unwrap().as_socket().unwrap();
-    let mut fillers = Vec::new();
-    // Connects complete (into the queue) until it is full; then one hangs.
-    loop {
-        match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300)) {
-            Ok(s) => fillers.push(s),
-            Err(_) => break,
-        }
-        assert!(fillers.len() < 64, "the accept queue never filled");
-    }
-    (addr, fillers, listener)
-}
-
 /// A connect that hangs does not hold the request for the connect timeout: after a short
 /// wait another endpoint is tried alongside, and the dark endpoint is soon ejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

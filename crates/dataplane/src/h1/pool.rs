@@ -10,10 +10,12 @@
 
 use super::buf::ReadBuf;
 use super::parse::ResponseHead;
+use crate::hedge::connect_hedged;
 use crate::table::{ClusterState, Endpoint};
 use crate::upstream::{BoxError, TlsUpstream};
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -248,6 +250,11 @@ impl Pool {
     }
 }
 
+/// A new connection from an endpoint's pool, for [`connect_hedged`].
+fn pooled(endpoint: &Endpoint) -> Option<impl Future<Output = Result<Box<Conn>, BoxError>> + '_> {
+    Some(endpoint.pool.as_deref()?.connect())
+}
+
 /// Connections to other endpoints after a refused one, per request.
 pub(crate) const CONNECT_RETRIES: usize = 2;
 
@@ -268,7 +275,7 @@ pub(crate) async fn checkout_or_connect<'e>(
         if let Some(up) = pool.checkout() {
             return Ok((up, endpoint));
         }
-        let (error, failed) = match connect_hedged(cluster, endpoint, pool).await {
+        let (error, failed) = match connect_hedged(cluster, endpoint, pooled).await {
             Ok(connected) => return Ok(connected),
             Err(failure) => failure,
         };
@@ -284,65 +291,6 @@ pub(crate) async fn checkout_or_connect<'e>(
     }
 }
 
-/// How long a connect may take before another endpoint is tried alongside it. Inside a
-/// cluster a connect takes well under a millisecond, and a TLS handshake a few; one that is
-/// still pending after this is most likely to an address that went dark (a deleted pod whose
-/// removal has not reached us yet: its SYNs go unanswered until the connect timeout, seconds
-/// during which every request that picked it would wait).
-pub(crate) const HEDGE_AFTER: Duration = Duration::from_millis(250);
-
-/// Connects to `endpoint`; when that is still pending after [`HEDGE_AFTER`] and the cluster
-/// has another healthy endpoint, connects there too and keeps whichever connection is made
-/// first (the other attempt is dropped). A connect that was overtaken that way counts as a
-/// failure of its endpoint, so a dark endpoint is ejected after two. Failures are recorded
-/// here; the error names the endpoint last tried.
-async fn connect_hedged<'e>(
-    cluster: &'e ClusterState,
-    endpoint: &'e Endpoint,
-    pool: &'e Pool,
-) -> Result<(Box<Conn>, &'e Endpoint), (BoxError, &'e Endpoint)> {
-    let failed = |endpoint: &'e Endpoint, error: BoxError| {
-        cluster.connect_failed(endpoint);
-        tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, %error, "upstream connect failed");
-        (error, endpoint)
-    };
-    let first = pool.connect();
-    tokio::pin!(first);
-    tokio::select! {
-        biased;
-        result = &mut first => return result.map(|up| (up, endpoint)).map_err(|e| failed(endpoint, e)),
-        () = tokio::time::sleep(HEDGE_AFTER) => {}
-    }
-    let Some((other, other_pool)) = cluster
-        .pick_other(endpoint.addr)
-        .and_then(|other| Some((other, other.pool.as_deref()?)))
-    else {
-        return first
-            .await
-            .map(|up| (up, endpoint))
-            .map_err(|e| failed(endpoint, e));
-    };
-    cluster.connect_failed(endpoint);
-    cluster.retries.inc();
-    tracing::debug!(cluster = &*cluster.name, endpoint = %endpoint.addr, other = %other.addr, "upstream connect slow; trying another endpoint alongside");
-    let second = other_pool.connect();
-    tokio::pin!(second);
-    // The first attempt's failure was counted when it was overtaken.
-    tokio::select! {
-        result = &mut first => match result {
-            Ok(up) => Ok((up, endpoint)),
-            Err(_) => second.await.map(|up| (up, other)).map_err(|e| failed(other, e)),
-        },
-        result = &mut second => match result {
-            Ok(up) => Ok((up, other)),
-            Err(e) => {
-                let (_, other) = failed(other, e);
-                first.await.map(|up| (up, endpoint)).map_err(|e| (e, other))
-            }
-        },
-    }
-}
-
 /// A new connection after a kept-alive one to `endpoint` turned out closed before answering:
 /// to the same endpoint, or, when that connect fails too (the backend died with the
 /// connection, as a killed pod does), to another endpoint exactly as [`checkout_or_connect`]
@@ -352,10 +300,7 @@ pub(crate) async fn reconnect<'e>(
     cluster: &'e ClusterState,
     endpoint: &'e Endpoint,
 ) -> Result<(Box<Conn>, &'e Endpoint), BoxError> {
-    let Some(pool) = endpoint.pool.as_deref() else {
-        return Err("the endpoint has no HTTP/1 pool".into());
-    };
-    let (error, failed) = match connect_hedged(cluster, endpoint, pool).await {
+    let (error, failed) = match connect_hedged(cluster, endpoint, pooled).await {
         Ok(connected) => return Ok(connected),
         Err(failure) => failure,
     };

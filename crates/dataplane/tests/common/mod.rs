@@ -37,3 +37,35 @@ pub fn metric(registry: &Registry, sample: &str) -> f64 {
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// An address whose connects hang, as a deleted pod's do until its removal arrives: a
+/// listener that never accepts, its accept queue filled, so the kernel drops further SYNs.
+/// The returned sockets keep the queue full.
+pub fn dark_address() -> (
+    std::net::SocketAddr,
+    Vec<std::net::TcpStream>,
+    socket2::Socket,
+) {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    // Connects complete (into the queue) until it is full; then one hangs.
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => break,
+        }
+        assert!(fillers.len() < 64, "the accept queue never filled");
+    }
+    (addr, fillers, listener)
+}

@@ -154,3 +154,53 @@ async fn passthrough_terminate_and_https_share_one_port() {
     }
     dp.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A TLSRoute backend endpoint whose connects hang (a deleted pod) costs a client a short
+/// delay, not the connect timeout: another endpoint is connected alongside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_hedges_a_dark_endpoint() {
+    let echo_addr = start_tcp_echo().await;
+    let (dark, _fillers, _listener) = dark_address();
+    let ca = Ca::new("test ca");
+    let port = free_port();
+    let cfg = config_with_certificates(
+        vec![tls_listener(
+            "term",
+            port,
+            Some("term.example.com"),
+            TlsMode::Terminate,
+            &["default/term"],
+            vec![tls_route("term", &["term.example.com"], "echo")],
+        )],
+        vec![http1("echo", vec![dark, echo_addr])],
+        vec![
+            ca.server(&["term.example.com"], 5)
+                .certificate("default/term"),
+        ],
+    );
+    let options = Options {
+        connect_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let (dp, registry) = dataplane(options).await;
+    apply_ok(&dp, &cfg).await;
+    let client = client_config(&[&ca.pem], &[], None);
+    for i in 0..4 {
+        let mut stream = connect(port, "term.example.com", &client).await.unwrap();
+        stream.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 8];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut got))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i}: no echo within 5 s"))
+            .unwrap();
+        assert_eq!(&got, b"tcp:ping");
+    }
+    assert!(
+        metric(
+            &registry,
+            r#"gatehouse_upstream_ejections_total{cluster="echo"}"#
+        ) >= 1.0,
+        "the dark endpoint was ejected"
+    );
+    dp.shutdown(Duration::from_secs(1)).await;
+}
