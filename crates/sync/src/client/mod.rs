@@ -65,7 +65,13 @@ pub async fn run(
                 if established {
                     backoff.reset();
                 }
-                tracing::warn!(endpoint = %options.endpoint, %error, "config sync stream ended");
+                // A control plane that stops or hands over leadership ends streams on
+                // purpose: expected in every rollout of the controller, so not a warning.
+                if is_handover(&error) {
+                    tracing::info!(endpoint = %options.endpoint, %error, "config sync stream ended; reconnecting");
+                } else {
+                    tracing::warn!(endpoint = %options.endpoint, %error, "config sync stream ended");
+                }
                 state.set_last_error(error);
             }
         }
@@ -75,4 +81,28 @@ pub async fn run(
         }
     }
     tracing::info!("config sync client stopped");
+}
+
+/// Whether a stream ended because its control-plane replica stopped or is not the leader
+/// (the statuses `server` sends then), rather than because something failed.
+fn is_handover(error: &str) -> bool {
+    error.contains(crate::server::NOT_LEADER) || error.contains(crate::server::STOPPING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_handover;
+
+    #[test]
+    fn a_leader_handover_or_stop_is_not_a_failure() {
+        // As the data planes logged them when the controller rolled.
+        assert!(is_handover("Unavailable: not the leader"));
+        assert!(is_handover("Unavailable: control plane stopping"));
+        assert!(!is_handover(
+            "transport error: tcp connect error: Connection refused"
+        ));
+        assert!(!is_handover(
+            "Unauthenticated: certificate names no Gateway"
+        ));
+    }
 }

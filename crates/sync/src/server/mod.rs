@@ -114,6 +114,8 @@ pub struct ConfigServer {
 
 /// The status of a stream refused or ended because this replica is not the leader.
 pub const NOT_LEADER: &str = "not the leader";
+/// The status of the streams a stopping control-plane replica ends.
+pub const STOPPING: &str = "control plane stopping";
 
 impl ConfigServer {
     pub fn new(ca: Arc<Ca>, options: ServerOptions) -> Arc<Self> {

@@ -91,7 +91,7 @@ enum End {
 impl std::fmt::Display for End {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            End::Stopped => f.write_str("control plane stopping"),
+            End::Stopped => f.write_str(super::STOPPING),
             End::NotLeader => f.write_str(NOT_LEADER),
             End::GatewayRemoved => f.write_str("Gateway removed"),
             End::DataPlaneClosed => f.write_str("closed by the data plane"),
@@ -112,7 +112,7 @@ impl Session {
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => {
-                    close(&self.outbound, Status::unavailable("control plane stopping")).await;
+                    close(&self.outbound, Status::unavailable(super::STOPPING)).await;
                     return End::Stopped;
                 }
                 // Mapped to `()`: the guard `wait_for` returns must not live across an await.
