@@ -249,7 +249,6 @@ async fn publish(
             .metrics
             .apply_duration
             .observe(started.elapsed().as_secs_f64());
-        state.metrics.generation.set(generation as i64);
         tracing::info!(
             generation,
             elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,

@@ -123,7 +123,12 @@ impl ControlState {
         }
     }
 
+    /// Records the generation now served: for waiters and for `gatehouse_config_generation`
+    /// (one place, so a data plane fed over the sync stream reports it too).
     pub fn set_generation(&self, generation: u64) {
+        self.metrics
+            .generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
         self.generation_tx.send_replace(generation);
     }
 
@@ -131,5 +136,26 @@ impl ControlState {
     pub async fn wait_for_generation(&self, generation: u64) {
         let mut rx = self.generation_tx.subscribe();
         let _ = rx.wait_for(|g| *g >= generation).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ControlState;
+    use prometheus_client::registry::Registry;
+
+    /// The data plane of provisioned mode sets its generation only through `set_generation`
+    /// (no reconcile loop runs there): the metric must follow it.
+    #[test]
+    fn set_generation_is_what_the_metric_reports() {
+        let mut registry = Registry::default();
+        let state = ControlState::new(&mut registry);
+        state.set_generation(7);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.lines().any(|l| l == "gatehouse_config_generation 7"),
+            "{text}"
+        );
     }
 }
