@@ -19,6 +19,7 @@
 mod balancer;
 mod compile;
 mod conn;
+mod connect;
 mod filters;
 mod forwarding;
 #[cfg(feature = "fuzzing")]
@@ -26,7 +27,6 @@ pub mod fuzzing;
 mod h1;
 mod headers;
 mod health;
-mod hedge;
 mod hyper_path;
 mod limits;
 mod listeners;

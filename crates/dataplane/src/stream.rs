@@ -3,7 +3,7 @@
 //! secures the backend).
 
 use crate::Shared;
-use crate::hedge::connect_hedged;
+use crate::connect::connect_with_retries;
 use crate::table::{ClusterState, CompiledListener, Endpoint, Target};
 use crate::upstream::{BoxError, TlsUpstream};
 use std::net::SocketAddr;
@@ -67,7 +67,7 @@ where
     }
     // The endpoint picked up front, then others of the cluster when connecting fails: nothing
     // of the client's stream was sent yet.
-    let mut endpoint = cluster
+    let picked = cluster
         .endpoints_iter()
         .find(|e| e.addr == addr)
         .ok_or(())?;
@@ -81,25 +81,15 @@ where
             }
         })
     };
-    let mut attempt = 0;
-    let tcp = loop {
-        let failed = match connect_hedged(&cluster, endpoint, connect).await {
-            Ok((stream, connected)) => {
-                endpoint = connected;
-                break stream;
-            }
-            Err((error, failed)) => {
-                debug!(route = &*route, cluster = &*cluster.name, endpoint = %failed.addr, "TLSRoute backend: connect failed: {error}");
-                failed
-            }
-        };
-        attempt += 1;
-        match cluster.pick_other(failed.addr) {
-            Some(next) if attempt <= crate::h1::CONNECT_RETRIES => {
-                cluster.retries.inc();
-                endpoint = next;
-            }
-            _ => return Err(()),
+    let (tcp, endpoint) = match connect_with_retries(&cluster, picked, |_| None, connect).await {
+        Ok(connected) => connected,
+        Err(error) => {
+            debug!(
+                route = &*route,
+                cluster = &*cluster.name,
+                "TLSRoute backend: connect failed: {error}"
+            );
+            return Err(());
         }
     };
     let _ = tcp.set_nodelay(true);

@@ -27,19 +27,9 @@ fn refusing_address() -> SocketAddr {
 async fn a_refusing_endpoint_costs_no_request_and_is_ejected() {
     let live = raw_backend(|_, _| ok("live")).await;
     let dead = refusing_address();
-    let port = free_port();
-    let cfg = config(
-        vec![listener(
-            port,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        // The dead endpoint first, twice: round-robin picks it often.
-        vec![http1("b", vec![dead, live.addr, dead])],
-    );
-    let (dp, registry) = dataplane(Options::default()).await;
-    apply_ok(&dp, &cfg).await;
+    // The dead endpoint first, twice: round-robin picks it often.
+    let (port, _dp, registry) =
+        proxy_to_endpoints(vec![dead, live.addr, dead], Options::default()).await;
     let failures = || {
         metric(
             &registry,
@@ -54,12 +44,7 @@ async fn a_refusing_endpoint_costs_no_request_and_is_ejected() {
         } else {
             b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 4\r\n\r\nbody"
         };
-        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        tokio::io::AsyncWriteExt::write_all(&mut c, request)
-            .await
-            .unwrap();
-        let mut pending = Vec::new();
-        let response = read_response(&mut c, &mut pending, false).await;
+        let response = exchange_once(port, request).await;
         assert!(
             response.starts_with("HTTP/1.1 200"),
             "request {i}: {response}"
@@ -116,25 +101,13 @@ async fn a_refusing_endpoint_costs_no_request_and_is_ejected() {
 /// after the allowed retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_endpoint_refuses_the_answer_is_502() {
-    let port = free_port();
-    let cfg = config(
-        vec![listener(
-            port,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        vec![http1("b", vec![refusing_address(), refusing_address()])],
-    );
-    let (dp, _registry) = dataplane(Options::default()).await;
-    apply_ok(&dp, &cfg).await;
+    let (port, _dp, _) = proxy_to_endpoints(
+        vec![refusing_address(), refusing_address()],
+        Options::default(),
+    )
+    .await;
     for _ in 0..5 {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n")
-            .await
-            .unwrap();
-        let mut pending = Vec::new();
-        let response = read_response(&mut c, &mut pending, false).await;
+        let response = exchange_once(port, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n").await;
         assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     }
 }
@@ -178,18 +151,7 @@ async fn dies_after_one_answer() -> (SocketAddr, std::sync::Arc<std::sync::atomi
 async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
     let live = raw_backend(|_, _| ok("live")).await;
     let (dying, seen) = dies_after_one_answer().await;
-    let port = free_port();
-    let cfg = config(
-        vec![listener(
-            port,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        vec![http1("b", vec![dying, live.addr])],
-    );
-    let (dp, registry) = dataplane(Options::default()).await;
-    apply_ok(&dp, &cfg).await;
+    let (port, dp, registry) = proxy_to_endpoints(vec![dying, live.addr], Options::default()).await;
 
     // The HTTP/1 path, one client connection kept alive.
     let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -231,16 +193,7 @@ async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
     // hyper's path (HTTP/2 client), with a second backend that dies the same way.
     let (dying2, seen2) = dies_after_one_answer().await;
     let port2 = free_port();
-    let cfg = config(
-        vec![listener(
-            port2,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        vec![http1("b", vec![dying2, live.addr])],
-    );
-    apply_ok(&dp, &cfg).await;
+    apply_ok(&dp, &all_to(port2, vec![dying2, live.addr])).await;
     let stream = TcpStream::connect(("127.0.0.1", port2)).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -263,32 +216,16 @@ async fn a_backend_dying_under_a_kept_alive_connection_costs_no_request() {
 async fn a_dark_endpoint_delays_a_request_briefly_and_is_ejected() {
     let live = raw_backend(|_, _| ok("live")).await;
     let (dark, _fillers, _listener) = dark_address();
-    let port = free_port();
-    let cfg = config(
-        vec![listener(
-            port,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        vec![http1("b", vec![dark, live.addr])],
-    );
     // A connect timeout no request could sit out here: what the client sees below is the
     // hedge, not the timeout.
     let options = Options {
         connect_timeout: std::time::Duration::from_secs(60),
         ..Options::default()
     };
-    let (dp, registry) = dataplane(options).await;
-    apply_ok(&dp, &cfg).await;
+    let (port, _dp, registry) = proxy_to_endpoints(vec![dark, live.addr], options).await;
     let started = std::time::Instant::now();
     for i in 0..10 {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n")
-            .await
-            .unwrap();
-        let mut pending = Vec::new();
-        let response = read_response(&mut c, &mut pending, false).await;
+        let response = exchange_once(port, b"GET / HTTP/1.1\r\nhost: h\r\n\r\n").await;
         assert!(
             response.starts_with("HTTP/1.1 200"),
             "request {i}: {response}"

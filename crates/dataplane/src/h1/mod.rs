@@ -20,6 +20,6 @@ mod pool;
 mod session;
 mod write;
 
+pub(crate) use pool::Pool;
 pub(crate) use pool::set_worker_index;
-pub(crate) use pool::{CONNECT_RETRIES, Pool};
 pub(crate) use session::{H2_PREFACE, Outcome, Settings, serve};

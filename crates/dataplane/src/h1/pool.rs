@@ -10,7 +10,7 @@
 
 use super::buf::ReadBuf;
 use super::parse::ResponseHead;
-use crate::hedge::connect_hedged;
+use crate::connect::connect_with_retries;
 use crate::table::{ClusterState, Endpoint};
 use crate::upstream::{BoxError, TlsUpstream};
 use std::cell::Cell;
@@ -250,67 +250,45 @@ impl Pool {
     }
 }
 
-/// A new connection from an endpoint's pool, for [`connect_hedged`].
-fn pooled(endpoint: &Endpoint) -> Option<impl Future<Output = Result<Box<Conn>, BoxError>> + '_> {
+/// A new connection from an endpoint's pool.
+fn new_connection(
+    endpoint: &Endpoint,
+) -> Option<impl Future<Output = Result<Box<Conn>, BoxError>> + '_> {
     Some(endpoint.pool.as_deref()?.connect())
 }
 
-/// Connections to other endpoints after a refused one, per request.
-pub(crate) const CONNECT_RETRIES: usize = 2;
+/// An idle pooled connection to the endpoint.
+fn pooled(endpoint: &Endpoint) -> Option<Box<Conn>> {
+    endpoint.pool.as_deref()?.checkout()
+}
 
-/// A connection for a request to `endpoint` of `cluster`: a pooled one, else a new one; when
-/// connecting fails (nothing of the request was sent, so any request may go elsewhere) the
-/// failure counts against the endpoint's health and another endpoint is tried, up to
-/// [`CONNECT_RETRIES`] times. Returns the connection and the endpoint it goes to.
+/// A connection for a request to `endpoint` of `cluster`: a pooled one, else a new one,
+/// hedged and retried elsewhere as [`connect_with_retries`] does. Returns the connection and
+/// the endpoint it goes to.
 pub(crate) async fn checkout_or_connect<'e>(
     cluster: &'e ClusterState,
     endpoint: &'e Endpoint,
 ) -> Result<(Box<Conn>, &'e Endpoint), BoxError> {
-    let mut endpoint = endpoint;
-    let mut attempt = 0;
-    loop {
-        let Some(pool) = endpoint.pool.as_deref() else {
-            return Err("the endpoint has no HTTP/1 pool".into());
-        };
-        if let Some(up) = pool.checkout() {
-            return Ok((up, endpoint));
-        }
-        let (error, failed) = match connect_hedged(cluster, endpoint, pooled).await {
-            Ok(connected) => return Ok(connected),
-            Err(failure) => failure,
-        };
-        endpoint = failed;
-        attempt += 1;
-        match cluster.pick_other(endpoint.addr) {
-            Some(next) if attempt <= CONNECT_RETRIES => {
-                cluster.retries.inc();
-                endpoint = next;
-            }
-            _ => return Err(error),
-        }
-    }
+    connect_with_retries(cluster, endpoint, pooled, new_connection).await
 }
 
-/// A new connection after a kept-alive one to `endpoint` turned out closed before answering:
-/// to the same endpoint, or, when that connect fails too (the backend died with the
-/// connection, as a killed pod does), to another endpoint exactly as [`checkout_or_connect`]
-/// goes elsewhere after any connect failure. Nothing of the request reached a backend that
-/// answered, so the callers only come here for requests they may send again.
+/// A new connection after a kept-alive one to `stale` turned out closed before answering: a
+/// new connection to the same endpoint (none of its pooled ones: they may be as stale), or,
+/// when that fails too (the backend died with the connection, as a killed pod does), one to
+/// another endpoint. Nothing of the request reached a backend that answered, so the callers
+/// only come here for requests they may send again.
 pub(crate) async fn reconnect<'e>(
     cluster: &'e ClusterState,
-    endpoint: &'e Endpoint,
+    stale: &'e Endpoint,
 ) -> Result<(Box<Conn>, &'e Endpoint), BoxError> {
-    let (error, failed) = match connect_hedged(cluster, endpoint, pooled).await {
-        Ok(connected) => return Ok(connected),
-        Err(failure) => failure,
-    };
-    match cluster.pick_other(failed.addr) {
-        Some(next) => {
-            cluster.retries.inc();
-            checkout_or_connect(cluster, next).await
+    let reuse = |endpoint: &'e Endpoint| {
+        if std::ptr::eq(endpoint, stale) {
+            None
+        } else {
+            pooled(endpoint)
         }
-        None => Err(error),
-    }
+    };
+    connect_with_retries(cluster, stale, reuse, new_connection).await
 }
 
 #[cfg(test)]

@@ -18,6 +18,30 @@ pub async fn dataplane(options: Options) -> (Arc<DataPlane>, Registry) {
     (DataPlane::new(options, metrics), registry)
 }
 
+/// One HTTP listener on `port` sending every request to cluster "b" of `endpoints`.
+pub fn all_to(port: u16, endpoints: Vec<std::net::SocketAddr>) -> Config {
+    config(
+        vec![listener(
+            port,
+            None,
+            vec![rule("r", vec![to_cluster("b")], vec![])],
+            vec![prefix("/", 0)],
+        )],
+        vec![http1("b", endpoints)],
+    )
+}
+
+/// A data plane on a free port sending every request to cluster "b" of `endpoints`.
+pub async fn proxy_to_endpoints(
+    endpoints: Vec<std::net::SocketAddr>,
+    options: Options,
+) -> (u16, Arc<DataPlane>, Registry) {
+    let port = free_port();
+    let (dp, registry) = dataplane(options).await;
+    apply_ok(&dp, &all_to(port, endpoints)).await;
+    (port, dp, registry)
+}
+
 pub async fn apply_ok(dp: &DataPlane, config: &Config) {
     let errors = dp.apply(config).await.bind_errors;
     assert!(errors.is_empty(), "bind errors: {errors:?}");

@@ -125,19 +125,16 @@ pub fn path_of(request: &[u8]) -> String {
 
 /// A data plane on a free port routing everything to `backend`.
 pub async fn proxy_to(backend: SocketAddr) -> (u16, Arc<gatehouse_dataplane::DataPlane>) {
-    let port = free_port();
-    let cfg = config(
-        vec![listener(
-            port,
-            None,
-            vec![rule("r", vec![to_cluster("b")], vec![])],
-            vec![prefix("/", 0)],
-        )],
-        vec![http1("b", vec![backend])],
-    );
-    let (dp, _) = dataplane(Options::default()).await;
-    apply_ok(&dp, &cfg).await;
+    let (port, dp, _) = proxy_to_endpoints(vec![backend], Options::default()).await;
     (port, dp)
+}
+
+/// Sends `request` on a new connection to `port` and reads the response.
+pub async fn exchange_once(port: u16, request: &[u8]) -> String {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    c.write_all(request).await.unwrap();
+    let mut pending = Vec::new();
+    read_response(&mut c, &mut pending, false).await
 }
 
 /// Reads one response (head and Content-Length, chunked or no body) from `stream`.

@@ -46,12 +46,10 @@ async fn passthrough_reaches_a_tls_backend_untouched() {
     dp.shutdown(Duration::from_secs(1)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_terminate_forwards_decrypted_stream_over_tcp() {
-    let echo_addr = start_tcp_echo().await;
-    let ca = Ca::new("test ca");
-    let port = free_port();
-    let cfg = config_with_certificates(
+/// A TLS listener on `port` terminating term.example.com (certificate serial 5 from `ca`) and
+/// forwarding the decrypted stream to `endpoints` over TCP.
+fn terminate_to(port: u16, ca: &Ca, endpoints: Vec<std::net::SocketAddr>) -> Config {
+    config_with_certificates(
         vec![tls_listener(
             "term",
             port,
@@ -60,12 +58,20 @@ async fn tls_terminate_forwards_decrypted_stream_over_tcp() {
             &["default/term"],
             vec![tls_route("term", &["term.example.com"], "echo")],
         )],
-        vec![http1("echo", vec![echo_addr])],
+        vec![http1("echo", endpoints)],
         vec![
             ca.server(&["term.example.com"], 5)
                 .certificate("default/term"),
         ],
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_terminate_forwards_decrypted_stream_over_tcp() {
+    let echo_addr = start_tcp_echo().await;
+    let ca = Ca::new("test ca");
+    let port = free_port();
+    let cfg = terminate_to(port, &ca, vec![echo_addr]);
     let (dp, registry) = dataplane(Options::default()).await;
     apply_ok(&dp, &cfg).await;
     let client = client_config(&[&ca.pem], &[b"h2", b"http/1.1"], None);
@@ -163,21 +169,7 @@ async fn tls_route_hedges_a_dark_endpoint() {
     let (dark, _fillers, _listener) = dark_address();
     let ca = Ca::new("test ca");
     let port = free_port();
-    let cfg = config_with_certificates(
-        vec![tls_listener(
-            "term",
-            port,
-            Some("term.example.com"),
-            TlsMode::Terminate,
-            &["default/term"],
-            vec![tls_route("term", &["term.example.com"], "echo")],
-        )],
-        vec![http1("echo", vec![dark, echo_addr])],
-        vec![
-            ca.server(&["term.example.com"], 5)
-                .certificate("default/term"),
-        ],
-    );
+    let cfg = terminate_to(port, &ca, vec![dark, echo_addr]);
     let options = Options {
         connect_timeout: Duration::from_secs(60),
         ..Options::default()
