@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts (bench/dataplane/run, bench/nfr/run)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,3 +29,30 @@ def chart_python(root, log):
         log("pip install matplotlib into bench/.venv")
         subprocess.run([py, "-m", "pip", "install", "-q", "matplotlib"], check=True)
     return py
+
+
+UNIT = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def parse_wrk(out):
+    """wrk's summary: rate, requests, errors (socket errors by kind, non-2xx) and the latency
+    percentiles of --latency in milliseconds. `requests` is None when wrk printed no summary."""
+    r = {"rps": None, "requests": None, "errors": 0, "non2xx": 0, "socket_errors": 0,
+         "connect": 0, "read": 0, "write": 0, "timeouts": 0, "latency": {}}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if m:
+        r["rps"] = float(m.group(1))
+    m = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)
+    if m:
+        r["requests"] = int(m.group(1))
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    if m:
+        r["non2xx"] = int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        r["connect"], r["read"], r["write"], r["timeouts"] = map(int, m.groups())
+        r["socket_errors"] = sum(int(x) for x in m.groups())
+    r["errors"] = r["non2xx"] + r["socket_errors"]
+    for p, v, u in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M):
+        r["latency"][int(p)] = float(v) * UNIT[u]
+    return r

@@ -79,32 +79,20 @@ def scaling():
     plt.close(fig)
 
 
-def soak():
-    p = next((p for p in R["phases"] if p["name"] == "soak"), None)
+def one_phase(name, png, title, mark_unix=None):
+    """Requests per second over one phase (with its events; `mark_unix` drawn in red)."""
+    p = next((p for p in R["phases"] if p["name"] == name), None)
     if not p:
         return
     fig, ax = plt.subplots(figsize=(11, 3.5))
     rate_axes(ax, p, p["t0"])
-    ax.set_title(f"soak: {p['title']} — {failed(p)} failed (dotted: churn events)", fontsize=10)
-    ax.set_xlabel("seconds since the soak started")
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "soak.png"), dpi=90)
-    plt.close(fig)
-
-
-def backend_failure():
-    p = next((p for p in R["phases"] if p["name"] == "backend"), None)
-    if not p:
-        return
-    fig, ax = plt.subplots(figsize=(11, 3.5))
-    rate_axes(ax, p, p["t0"])
-    ax.axvline(p["kill_unix"] - UNIX0 - p["t0"], color="tab:red", linewidth=1)
-    ax.set_title(f"backend SIGKILL under load — {failed(p)} failed", fontsize=10)
+    if mark_unix is not None:
+        ax.axvline(p[mark_unix] - UNIX0 - p["t0"], color="tab:red", linewidth=1)
+    ax.set_title(f"{title(p)} — {failed(p)} failed", fontsize=10)
     ax.set_xlabel("seconds since the phase's load started")
     ax.legend(fontsize=7, loc="lower left", ncol=4)
     fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "backend-failure.png"), dpi=90)
+    fig.savefig(os.path.join(OUT, png), dpi=90)
     plt.close(fig)
 
 
@@ -134,6 +122,7 @@ def resources():
 
 
 scaling()
-soak()
-backend_failure()
+one_phase("soak", "soak.png", lambda p: f"soak: {p['title']} (dotted: churn events)")
+one_phase("backend", "backend-failure.png", lambda p: "backend SIGKILL under load",
+          mark_unix="kill_unix")
 resources()
