@@ -51,7 +51,15 @@ func newPodNetwork(bridge, cidr, netnsPrefix string) (*podNetwork, error) {
 	n := &podNetwork{bridge: bridge, prefixN: netnsPrefix, cidr: ipnet, gateway: gw, prefix: prefix, used: map[uint32]bool{}}
 	// A bridge left by an earlier run that died would hold the same address: start clean.
 	_ = ip("link", "del", bridge)
-	if err := ip("link", "add", bridge, "type", "bridge"); err != nil {
+	// The bridge gets a fixed address of its own. Without one, Linux gives a bridge the lowest
+	// address among its ports and changes it whenever that port leaves: deleting the one Pod
+	// whose veth had the lowest address moved the node's MAC, and every other Pod kept sending
+	// its replies to the host (the load balancer's and the probes' connections) to the old
+	// address, which nothing answered any more, until its neighbour entry happened to be
+	// refreshed: seconds to tens of seconds in which a data plane's clients got nothing (the
+	// stalls of bench/nfr's soak while backends re-rolled). CNI bridge plugins set it for the
+	// same reason.
+	if err := ip("link", "add", bridge, "address", bridgeMAC(bridge), "type", "bridge"); err != nil {
 		return nil, err
 	}
 	if err := ip("addr", "add", fmt.Sprintf("%s/%d", gw, prefix), "dev", bridge); err != nil {
@@ -66,6 +74,14 @@ func newPodNetwork(bridge, cidr, netnsPrefix string) (*podNetwork, error) {
 		}
 	}
 	return n, nil
+}
+
+// bridgeMAC is a locally administered unicast address derived from the bridge's name, so it
+// is stable across restarts and differs between the bridges of several nodes on one host.
+func bridgeMAC(bridge string) string {
+	sum := sha256.Sum256([]byte("gatehouse-node bridge " + bridge))
+	sum[0] = sum[0]&0xfc | 0x02 // locally administered, unicast
+	return net.HardwareAddr(sum[:6]).String()
 }
 
 func (n *podNetwork) teardown() {
