@@ -224,6 +224,12 @@ async fn publish(
         .unbound
         .iter()
         .map(|(address, p)| format!("cannot listen on {address}: {}", p.error))
+        .chain(
+            serving
+                .unbound_udp
+                .iter()
+                .map(|(address, p)| format!("cannot listen on {address}/udp: {}", p.error)),
+        )
         .collect();
     // Ready means serving all of it: every listener bound, every referenced object read.
     let missing: Vec<String> = bind_errors

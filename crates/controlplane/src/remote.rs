@@ -157,13 +157,21 @@ pub fn serving_of(
         // could not bind its port.
         for replica in &current {
             for u in &replica.unbound {
+                let transport = if u.udp {
+                    ir::Transport::Udp
+                } else {
+                    ir::Transport::Tcp
+                };
                 for listener in gateway
                     .listeners
                     .iter()
-                    .filter(|l| u32::from(l.port) == u.port)
+                    .filter(|l| u32::from(l.port) == u.port && l.transport() == transport)
                 {
-                    serving
-                        .unbound
+                    let unbound = match transport {
+                        ir::Transport::Tcp => &mut serving.unbound,
+                        ir::Transport::Udp => &mut serving.unbound_udp,
+                    };
+                    unbound
                         .entry(listener.socket_addr())
                         .or_insert_with(|| BindProblem {
                             error: u.error.clone(),
@@ -194,6 +202,7 @@ mod tests {
             virtual_hosts: vec![],
             tls: None,
             tls_routes: vec![],
+            l4_route: None,
         };
         ir::Config {
             gateways: vec![ir::Gateway {
@@ -220,6 +229,7 @@ mod tests {
                     error: "Address already in use".into(),
                     address_not_usable: false,
                     address: String::new(),
+                    udp: false,
                 })
                 .collect(),
             diagnostics: vec![],

@@ -45,6 +45,11 @@ impl<T> Weighted<T> {
         }
     }
 
+    /// The items that can be picked (positive weight), in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter()
+    }
+
     #[cfg(test)]
     pub(crate) fn items(&self) -> &[T] {
         &self.items

@@ -19,23 +19,25 @@
 //! | a backend naming an unknown cluster | its share of the rule answers 500 |
 //! | a cluster whose backend TLS cannot be set up | requests to it answer 502 |
 //! | a listener whose certificates or TLS settings do not load | handshakes for its names are refused |
-//! | a listener that clashes with another on its address (protocol, hostname) | that listener is left out |
+//! | a listener that clashes with another on its address (protocol, hostname; a second TCP or UDP listener) | that listener is left out |
 //! | an endpoint without a usable address, a missing client certificate | that endpoint / certificate is skipped |
 //!
 //! Everything else of the configuration applies.
 
-use crate::Metrics;
 use crate::balancer::{RoundRobin, Weighted};
 use crate::filters::Filter;
+use crate::l4::L4Route;
 use crate::matchers::RequestMatcher;
+use crate::metrics::L4Metrics;
 use crate::metrics::RouteMetrics;
 use crate::router::{HostTable, RouteTable};
 use crate::table::{
     Backend, ClusterState, CompiledListener, CompiledRoute, CompiledRule, CompiledTlsRoute,
-    CompiledVhost, Endpoint, ListenerMode, SocketTable, Target,
+    CompiledVhost, Endpoint, ListenerMode, SocketTable, Speaks, Target,
 };
 use crate::tls::{self, ClientKey, LoadedCert, TlsCache};
 use crate::upstream::{TlsUpstream, Upstreams};
+use crate::{Metrics, SocketKey};
 use gatehouse_ir as ir;
 use http::uri::Authority;
 use prometheus_client::metrics::counter::Counter;
@@ -43,7 +45,6 @@ use rustls::ServerConfig;
 use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -87,7 +88,7 @@ impl Compiler<'_> {
         self.diagnostics.push(d);
     }
 
-    pub(crate) fn compile(&mut self, config: &ir::Config) -> HashMap<SocketAddr, SocketTable> {
+    pub(crate) fn compile(&mut self, config: &ir::Config) -> HashMap<SocketKey, SocketTable> {
         let certs = self.tls.certificates(&config.certificates, self.metrics);
         let clusters: Clusters = config
             .clusters
@@ -96,40 +97,49 @@ impl Compiler<'_> {
             .collect();
 
         struct Building {
-            tls: bool,
+            speaks: Speaks,
             listeners: Vec<CompiledListener>,
             hosts: HostTable<usize>,
             gateways: Vec<Arc<str>>,
         }
-        let mut sockets: HashMap<SocketAddr, Building> = HashMap::new();
+        let mut sockets: HashMap<SocketKey, Building> = HashMap::new();
         for gateway in &config.gateways {
             let gateway_key: Arc<str> = gateway.key().into();
             for listener in &gateway.listeners {
                 let subject = || format!("gateway {gateway_key} listener {}", listener.name);
-                let tls = listener.protocol != ir::ListenerProtocol::Http;
+                let speaks = Speaks::of(listener.protocol);
                 let address = listener.socket_addr();
-                let building = sockets.entry(address).or_insert_with(|| Building {
-                    tls,
-                    listeners: Vec::new(),
-                    hosts: HostTable::default(),
-                    gateways: Vec::new(),
-                });
-                if building.tls != tls {
+                let building = sockets
+                    .entry((listener.transport(), address))
+                    .or_insert_with(|| Building {
+                        speaks,
+                        listeners: Vec::new(),
+                        hosts: HostTable::default(),
+                        gateways: Vec::new(),
+                    });
+                if building.speaks != speaks {
                     // The first listener decides what the socket speaks.
                     self.contain(
                         subject(),
                         format_args!(
                             "{address} already speaks {}; listener left out",
-                            if building.tls {
-                                "TLS"
-                            } else {
-                                "plaintext HTTP"
-                            }
+                            building.speaks.describe()
                         ),
                     );
                     continue;
                 }
                 let index = building.listeners.len();
+                // A TCP or UDP socket has nothing to tell two listeners apart by.
+                let single = matches!(speaks, Speaks::Tcp | Speaks::Udp);
+                if single && index > 0 {
+                    self.contain(
+                        subject(),
+                        format_args!(
+                            "another listener already forwards {address}; listener left out"
+                        ),
+                    );
+                    continue;
+                }
                 if !building.hosts.insert(listener.hostname.as_deref(), index) {
                     self.contain(
                         subject(),
@@ -149,18 +159,18 @@ impl Compiler<'_> {
         }
         let tables = sockets
             .into_iter()
-            .map(|(addr, b)| {
+            .map(|(key, b)| {
                 let gateway = match b.gateways.as_slice() {
                     [only] => only.clone(),
                     _ => Arc::from(""),
                 };
                 let table = SocketTable {
-                    tls: b.tls,
+                    speaks: b.speaks,
                     listeners: b.listeners,
                     hosts: b.hosts,
                     unmatched: RouteMetrics::new(self.metrics, gateway, Arc::from(""), 404),
                 };
-                (addr, table)
+                (key, table)
             })
             .collect();
         // Registries and caches only keep what this configuration still uses.
@@ -201,9 +211,13 @@ impl Compiler<'_> {
             };
             let h2 = (cluster.protocol == ir::UpstreamProtocol::H2c)
                 .then(|| self.upstreams.h2_endpoint(addr, tls.clone()));
-            let pool = h2
-                .is_none()
-                .then(|| self.upstreams.h1_pool(addr, tls.clone()));
+            // TCPRoute and UDPRoute backends get connections (sockets) of their own per
+            // client connection (session), never pooled HTTP ones.
+            let l4 = matches!(
+                cluster.protocol,
+                ir::UpstreamProtocol::Tcp | ir::UpstreamProtocol::Udp
+            );
+            let pool = (h2.is_none() && !l4).then(|| self.upstreams.h1_pool(addr, tls.clone()));
             endpoints.push(Endpoint {
                 addr,
                 authority,
@@ -410,7 +424,12 @@ impl Compiler<'_> {
                 },
                 Some(ir::TlsMode::Passthrough) | None => ListenerMode::Passthrough,
             },
+            ir::ListenerProtocol::Tcp | ir::ListenerProtocol::Udp => ListenerMode::Forward,
         };
+        let l4_route = listener
+            .l4_route
+            .as_ref()
+            .map(|route| Arc::new(self.l4_route(gateway, listener, route, clusters)));
         let (tls_hosts, tls_routes) = self.tls_routes(listener, clusters);
         // Only listeners that terminate TLS have a handshake series.
         let handshakes = match mode {
@@ -426,7 +445,29 @@ impl Compiler<'_> {
             mode,
             tls_hosts,
             tls_routes,
+            l4_route,
             handshakes,
+        }
+    }
+
+    fn l4_route(
+        &mut self,
+        gateway: &Arc<str>,
+        listener: &ir::Listener,
+        route: &ir::L4Route,
+        clusters: &Clusters,
+    ) -> L4Route {
+        let key: Arc<str> = route.route.key().into();
+        let backends: Vec<(u32, Target)> = route
+            .backends
+            .iter()
+            .map(|b| (b.weight, self.target(&key, &b.target, clusters)))
+            .collect();
+        let metrics = L4Metrics::new(self.metrics, listener.transport(), gateway, &key);
+        L4Route {
+            route: key,
+            backends: Weighted::new(backends),
+            metrics,
         }
     }
 

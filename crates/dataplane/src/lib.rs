@@ -14,7 +14,8 @@
 //! `balancer` (weighted and round-robin choice), `upstream` (clients, backend TLS, hop-by-hop
 //! hygiene, upgrades), `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls`
 //! (certificates, server and client configurations, ClientHello peek), `stream` (TCP
-//! forwarding for TLSRoute), `workers` (per-thread runtimes connections run on), `metrics`.
+//! forwarding for TLSRoute), `l4` (TCP and UDP listeners: TCPRoute and UDPRoute), `workers`
+//! (per-thread runtimes connections run on), `metrics`.
 
 mod balancer;
 mod compile;
@@ -28,6 +29,7 @@ mod h1;
 mod headers;
 mod health;
 mod hyper_path;
+mod l4;
 mod limits;
 mod listeners;
 mod matchers;
@@ -41,6 +43,7 @@ mod upstream;
 mod workers;
 
 pub use compile::Diagnostic;
+pub use gatehouse_ir::Transport;
 pub use metrics::Metrics;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -89,9 +92,14 @@ pub struct Options {
     /// A write to a client that stays blocked this long (the client does not read) closes
     /// the connection.
     pub client_write_timeout: Duration,
-    /// An upgraded connection (WebSocket) with no byte in either direction for this long is
-    /// closed.
+    /// An upgraded connection (WebSocket), TLSRoute or TCPRoute stream with no byte in either
+    /// direction for this long is closed.
     pub tunnel_idle_timeout: Duration,
+    /// A UDP session (one client address and port) with no datagram either way for this long
+    /// ends.
+    pub udp_idle_timeout: Duration,
+    /// UDP sessions per UDP listener; datagrams of new clients beyond it are dropped.
+    pub udp_max_sessions: usize,
     /// Open client connections per worker beyond which new ones are closed at once (the
     /// established ones keep being served).
     pub max_connections_per_worker: usize,
@@ -119,6 +127,8 @@ impl Default for Options {
             backend_read_timeout: Duration::from_secs(60),
             client_write_timeout: Duration::from_secs(60),
             tunnel_idle_timeout: Duration::from_secs(3600),
+            udp_idle_timeout: Duration::from_secs(60),
+            udp_max_sessions: 16_384,
             max_connections_per_worker: 20_000,
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             dedicated_workers: false,
@@ -126,17 +136,25 @@ impl Default for Options {
     }
 }
 
+/// A socket of the data plane: TCP and UDP ports are apart, so a UDP listener and a TCP-based
+/// one may share a port number.
+pub(crate) type SocketKey = (Transport, SocketAddr);
+
 /// An address `apply` could not bind. The data plane keeps retrying it with backoff while the
 /// configuration lists it ([`DataPlane::unbound`] says which addresses are still waiting).
 #[derive(Debug)]
 pub struct BindError {
     pub address: SocketAddr,
+    pub transport: Transport,
     pub error: std::io::Error,
 }
 
 impl fmt::Display for BindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot listen on {}: {}", self.address, self.error)
+        match self.transport {
+            Transport::Tcp => write!(f, "cannot listen on {}: {}", self.address, self.error),
+            Transport::Udp => write!(f, "cannot listen on {}/udp: {}", self.address, self.error),
+        }
     }
 }
 
@@ -150,11 +168,19 @@ impl std::error::Error for BindError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unbound {
     pub address: SocketAddr,
+    pub transport: Transport,
     /// The operating system's error (`Address already in use (os error 98)`).
     pub error: String,
     /// The host cannot use this address at all (EADDRNOTAVAIL: not one of its addresses);
     /// otherwise the bind may succeed later (the port is taken, a permission is missing).
     pub address_not_available: bool,
+}
+
+/// Sockets bound for one [`SocketKey`], not serving yet.
+enum Bound {
+    /// One listening socket per accepting runtime.
+    Tcp(Vec<std::net::TcpListener>),
+    Udp(std::net::UdpSocket),
 }
 
 /// Binds that failed, retried with backoff (control path only).
@@ -171,11 +197,12 @@ const BIND_RETRY_FIRST: Duration = Duration::from_millis(250);
 const BIND_RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl PendingBind {
-    fn new(table: SocketTable, address: SocketAddr, error: &std::io::Error) -> Self {
+    fn new(table: SocketTable, (transport, address): SocketKey, error: &std::io::Error) -> Self {
         PendingBind {
             table,
             error: Unbound {
                 address,
+                transport,
                 error: error.to_string(),
                 address_not_available: error.kind() == std::io::ErrorKind::AddrNotAvailable,
             },
@@ -235,13 +262,14 @@ pub(crate) struct Shared {
     pub max_connections_per_worker: usize,
     /// The runtimes connections are served on; `None`: the caller's.
     pub workers: Option<workers::Workers>,
+    pub udp: l4::udp::Settings,
 }
 
 /// The running data plane. Cheap to share; all methods take `&self`.
 pub struct DataPlane {
     shared: Arc<Shared>,
     /// Control path only (apply, shutdown, readiness); requests never touch it.
-    sockets: Mutex<HashMap<SocketAddr, BoundSocket>>,
+    sockets: Mutex<HashMap<SocketKey, BoundSocket>>,
     /// Serialises applies so that binds and removals of two applies never interleave.
     apply_lock: tokio::sync::Mutex<()>,
     /// Certificates and TLS configurations kept across applies (control path only).
@@ -250,7 +278,7 @@ pub struct DataPlane {
     /// apply).
     background: std::sync::Once,
     /// Addresses of the configuration that could not be bound, retried with backoff.
-    pending: Mutex<HashMap<SocketAddr, PendingBind>>,
+    pending: Mutex<HashMap<SocketKey, PendingBind>>,
     /// Wakes the bind retrier when `pending` changed.
     pending_changed: tokio::sync::watch::Sender<()>,
     /// Bumped whenever the set of unbound addresses changes.
@@ -367,6 +395,10 @@ impl DataPlane {
                 http2_idle: options.http2_idle_timeout,
             },
             max_connections_per_worker: options.max_connections_per_worker.max(1),
+            udp: l4::udp::Settings {
+                idle_timeout: options.udp_idle_timeout,
+                max_sessions: options.udp_max_sessions.max(1),
+            },
             workers: if options.dedicated_workers {
                 workers::Workers::start(options.workers)
                     .inspect_err(|error| {
@@ -390,7 +422,7 @@ impl DataPlane {
         })
     }
 
-    fn sockets(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, BoundSocket>> {
+    fn sockets(&self) -> std::sync::MutexGuard<'_, HashMap<SocketKey, BoundSocket>> {
         // A panic while holding this lock cannot leave the map half-updated in a way that
         // matters more than refusing to serve, so poisoning is ignored.
         self.sockets.lock().unwrap_or_else(|e| e.into_inner())
@@ -441,9 +473,9 @@ impl DataPlane {
 
         // Close removed addresses first, so that an address moving between two listeners (or
         // from a wildcard to a specific IP) can be bound again in this same apply.
-        let removed: Vec<(SocketAddr, BoundSocket)> = {
+        let removed: Vec<(SocketKey, BoundSocket)> = {
             let mut sockets = self.sockets();
-            let gone: Vec<SocketAddr> = sockets
+            let gone: Vec<SocketKey> = sockets
                 .keys()
                 .filter(|addr| !tables.contains_key(addr))
                 .copied()
@@ -456,9 +488,9 @@ impl DataPlane {
         self.pending()
             .retain(|address, _| tables.contains_key(address));
         for (_, socket) in &removed {
-            socket.stop_accepting();
+            socket.remove();
         }
-        for (address, socket) in removed {
+        for ((_, address), socket) in removed {
             socket.closed().await;
             info!(%address, "listener removed; its connections drain");
         }
@@ -467,29 +499,34 @@ impl DataPlane {
         {
             let mut sockets = self.sockets();
             let mut pending = self.pending();
-            for (address, table) in tables {
-                if let Some(socket) = sockets.get(&address) {
-                    socket.state.table.store(Arc::new(table));
+            for (key, table) in tables {
+                let (transport, address) = key;
+                if let Some(socket) = sockets.get(&key) {
+                    socket.state.swap(table);
                     continue;
                 }
-                match self.bind(address) {
+                match self.bind(key) {
                     Ok(bound) => {
-                        pending.remove(&address);
-                        sockets.insert(address, self.start(bound, table));
-                        info!(%address, "listening");
+                        pending.remove(&key);
+                        sockets.insert(key, self.start(bound, table));
+                        info!(%address, ?transport, "listening");
                     }
                     Err(error) => {
-                        warn!(%address, %error, "cannot bind listener; retrying with backoff");
-                        match pending.get_mut(&address) {
+                        warn!(%address, ?transport, %error, "cannot bind listener; retrying with backoff");
+                        match pending.get_mut(&key) {
                             Some(p) => {
                                 p.table = table;
                                 p.failed_again(&error);
                             }
                             None => {
-                                pending.insert(address, PendingBind::new(table, address, &error));
+                                pending.insert(key, PendingBind::new(table, key, &error));
                             }
                         }
-                        bind_errors.push(BindError { address, error });
+                        bind_errors.push(BindError {
+                            address,
+                            transport,
+                            error,
+                        });
                     }
                 }
             }
@@ -502,27 +539,32 @@ impl DataPlane {
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, PendingBind>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<SocketKey, PendingBind>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Binds `address` and starts accepting; on failure the table comes back with the error.
-    /// Binds `address` (a socket per accepting runtime), counting failures.
-    fn bind(&self, address: SocketAddr) -> std::io::Result<Vec<std::net::TcpListener>> {
-        listeners::bind_for(address, &self.shared)
-            .inspect_err(|_| self.shared.metrics.bind_failure(address))
+    /// Binds a socket (TCP: one per accepting runtime), counting failures.
+    fn bind(&self, (transport, address): SocketKey) -> std::io::Result<Bound> {
+        match transport {
+            Transport::Tcp => listeners::bind_for(address, &self.shared).map(Bound::Tcp),
+            Transport::Udp => l4::udp::bind(address).map(Bound::Udp),
+        }
+        .inspect_err(|_| self.shared.metrics.bind_failure(address))
     }
 
-    /// Starts accepting on sockets from [`DataPlane::bind`], routing with `table`.
-    fn start(&self, bound: Vec<std::net::TcpListener>, table: SocketTable) -> BoundSocket {
+    /// Starts serving sockets from [`DataPlane::bind`], routing with `table`.
+    fn start(&self, bound: Bound, table: SocketTable) -> BoundSocket {
         let stop = self.shared.draining.child_token();
-        listeners::start(bound, table, self.shared.clone(), stop)
+        match bound {
+            Bound::Tcp(listeners) => listeners::start(listeners, table, self.shared.clone(), stop),
+            Bound::Udp(socket) => l4::udp::start(socket, table, self.shared.clone(), stop),
+        }
     }
 
     /// Addresses of the configuration that are not listening, and why; sorted by address.
     pub fn unbound(&self) -> Vec<Unbound> {
         let mut list: Vec<Unbound> = self.pending().values().map(|p| p.error.clone()).collect();
-        list.sort_by_key(|u| u.address);
+        list.sort_by_key(|u| (u.address, u.transport));
         list
     }
 
@@ -549,26 +591,27 @@ impl DataPlane {
         {
             let mut sockets = self.sockets();
             let mut pending = self.pending();
-            let due: Vec<SocketAddr> = pending
+            let due: Vec<SocketKey> = pending
                 .iter()
                 .filter(|(_, p)| p.next_attempt <= now)
                 .map(|(a, _)| *a)
                 .collect();
-            for address in due {
-                let Some(p) = pending.remove(&address) else {
+            for key in due {
+                let Some(p) = pending.remove(&key) else {
                     continue;
                 };
                 let attempts = p.attempts;
-                match self.bind(address) {
+                let (transport, address) = key;
+                match self.bind(key) {
                     Ok(bound) => {
-                        info!(%address, attempts = attempts + 1, "listening (bind retried)");
-                        sockets.insert(address, self.start(bound, p.table));
+                        info!(%address, ?transport, attempts = attempts + 1, "listening (bind retried)");
+                        sockets.insert(key, self.start(bound, p.table));
                     }
                     Err(error) => {
                         let mut p = p;
                         p.failed_again(&error);
-                        debug!(%address, %error, "bind retry failed");
-                        pending.insert(address, p);
+                        debug!(%address, ?transport, %error, "bind retry failed");
+                        pending.insert(key, p);
                     }
                 }
             }
@@ -614,9 +657,22 @@ impl DataPlane {
         self.shared.kill.cancel();
     }
 
-    /// Addresses currently bound (tests and /readyz use it).
+    /// Addresses currently bound, TCP and UDP (tests and /readyz use it).
     pub fn bound_addresses(&self) -> Vec<SocketAddr> {
-        let mut addrs: Vec<SocketAddr> = self.sockets().keys().copied().collect();
+        let mut addrs: Vec<SocketAddr> = self.sockets().keys().map(|(_, a)| *a).collect();
+        addrs.sort();
+        addrs.dedup();
+        addrs
+    }
+
+    /// UDP addresses currently bound.
+    pub fn bound_udp_addresses(&self) -> Vec<SocketAddr> {
+        let mut addrs: Vec<SocketAddr> = self
+            .sockets()
+            .keys()
+            .filter(|(t, _)| *t == Transport::Udp)
+            .map(|(_, a)| *a)
+            .collect();
         addrs.sort();
         addrs
     }

@@ -10,13 +10,16 @@
 //! | response head from the backend | the rule's timeout, else `default_request_timeout` | 504 |
 //! | response body: no byte from the backend | `backend_read_timeout` | abort, close the client connection |
 //! | writing to a client that does not read | `client_write_timeout` | close |
-//! | upgraded tunnel (WebSocket) with no byte either way | `tunnel_idle_timeout` | close both sides |
+//! | upgraded tunnel (WebSocket), TLSRoute or TCPRoute stream with no byte either way | `tunnel_idle_timeout` | close both sides |
+//! | connecting to a backend (HTTP pools, TLSRoute, TCPRoute) | `connect_timeout` | next endpoint, then 502 / close |
+//! | UDP session with no datagram either way | `udp_idle_timeout` | session dropped |
 //! | TLS handshake | `tls_handshake_timeout` | close |
 //!
 //! Timers are re-armed lazily (one timer per connection or body, checked against the current
 //! deadline when it fires), so a busy connection does not pay a timer operation per read.
 
 use crate::Metrics;
+use prometheus_client::metrics::counter::Counter;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -312,10 +315,12 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WriteLimited<I> {
     }
 }
 
-/// A transport that counts the bytes read through it into a shared counter.
+/// A transport that counts the bytes read through it into a shared counter (the idle check)
+/// and, when given, into a metric of its direction.
 struct Counted<'a, I> {
     io: &'a mut I,
     moved: &'a AtomicU64,
+    metric: Option<&'a Counter>,
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Counted<'_, I> {
@@ -330,6 +335,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Counted<'_, I> {
         let n = buf.filled().len() - before;
         if n > 0 {
             this.moved.fetch_add(n as u64, Ordering::Relaxed);
+            if let Some(metric) = this.metric {
+                metric.inc_by(n as u64);
+            }
         }
         r
     }
@@ -353,14 +361,17 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Counted<'_, I> {
     }
 }
 
-/// Copies both ways until either side closes, or until no byte moved in either direction
-/// for `idle` (then both are dropped by the caller): an idle upgraded tunnel or TCP stream
-/// does not hold its descriptors forever.
+/// Copies both ways until both sides closed (a side that ends its stream gets the other's
+/// write side shut down, so half-closed connections keep working), or until no byte moved in
+/// either direction for `idle` (then both are dropped by the caller): an idle upgraded tunnel
+/// or TCP stream does not hold its descriptors forever. `counted`: metrics for the bytes read
+/// from `a` and from `b`.
 pub(crate) async fn copy_bidirectional_idle<A, B>(
     a: &mut A,
     b: &mut B,
     idle: Duration,
     metrics: &Metrics,
+    counted: Option<[&Counter; 2]>,
 ) -> io::Result<()>
 where
     A: AsyncRead + AsyncWrite + Unpin,
@@ -370,10 +381,12 @@ where
     let mut a = Counted {
         io: a,
         moved: &moved,
+        metric: counted.map(|[from_a, _]| from_a),
     };
     let mut b = Counted {
         io: b,
         moved: &moved,
+        metric: counted.map(|[_, from_b]| from_b),
     };
     let copy = tokio::io::copy_bidirectional(&mut a, &mut b);
     tokio::pin!(copy);

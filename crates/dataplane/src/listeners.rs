@@ -11,9 +11,9 @@
 use crate::conn::ConnContext;
 use crate::hyper_path::{self, ClientBody};
 use crate::limits::{Activity, Stall, TimeoutKind, WriteLimited};
-use crate::table::{ListenerMode, SocketTable};
+use crate::table::{ListenerMode, SocketTable, Speaks};
 use crate::tls::{self, FailureReason, HelloError};
-use crate::{Metrics, Shared, h1, stream};
+use crate::{Metrics, Shared, h1, l4, stream};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::HeaderValue;
@@ -42,9 +42,40 @@ pub(crate) struct SocketShared {
     /// Set before the socket's stop token is cancelled: connections read it after every
     /// request (the token itself is behind a mutex).
     pub draining: AtomicBool,
+    /// Set when an apply removed the socket (not when the data plane shuts down): TCP
+    /// connections and UDP sessions, which have no request to finish, end at once.
+    removed: AtomicBool,
+    /// Bumped on every swap of `table` (and on removal), for connections that must re-check
+    /// their route (TCP and UDP forwarding).
+    swapped: tokio::sync::watch::Sender<()>,
 }
 
 impl SocketShared {
+    pub(crate) fn new(table: SocketTable, shared: Arc<Shared>) -> Self {
+        SocketShared {
+            table: ArcSwap::from_pointee(table),
+            shared,
+            draining: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            swapped: tokio::sync::watch::channel(()).0,
+        }
+    }
+
+    /// Serves `table` from now on; connections that watch swaps re-check their route.
+    pub(crate) fn swap(&self, table: SocketTable) {
+        self.table.store(Arc::new(table));
+        self.swapped.send_replace(());
+    }
+
+    /// Sees every swap after this call.
+    pub(crate) fn swaps(&self) -> tokio::sync::watch::Receiver<()> {
+        self.swapped.subscribe()
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Relaxed)
+    }
+
     /// Whether a response should close its connection: this socket stops accepting, or the
     /// whole data plane drains ([`crate::DataPlane::begin_drain`]).
     pub(crate) fn closing(&self) -> bool {
@@ -62,6 +93,14 @@ pub(crate) struct BoundSocket {
 }
 
 impl BoundSocket {
+    /// The configuration no longer has this socket: it stops accepting, HTTP connections finish
+    /// their current request, TCP connections and UDP sessions end now.
+    pub fn remove(&self) {
+        self.state.removed.store(true, Ordering::Relaxed);
+        self.state.swapped.send_replace(());
+        self.stop_accepting();
+    }
+
     /// Stops accepting; the socket's connections finish their current request and close.
     pub fn stop_accepting(&self) {
         // The flag first: connections read it after each request, the token wakes idle ones.
@@ -119,7 +158,7 @@ fn listen(socket: Socket, addr: SocketAddr) -> io::Result<std::net::TcpListener>
 }
 
 /// The runtimes sockets accept on: the workers, or the current runtime when there are none.
-fn accept_runtimes(shared: &Shared) -> Vec<tokio::runtime::Handle> {
+pub(crate) fn accept_runtimes(shared: &Shared) -> Vec<tokio::runtime::Handle> {
     match shared.workers.as_ref() {
         Some(w) => w.handles().to_vec(),
         None => vec![tokio::runtime::Handle::current()],
@@ -144,11 +183,7 @@ pub(crate) fn start(
     stop: CancellationToken,
 ) -> BoundSocket {
     let runtimes = accept_runtimes(&shared);
-    let state = Arc::new(SocketShared {
-        table: ArcSwap::from_pointee(table),
-        shared: shared.clone(),
-        draining: AtomicBool::new(false),
-    });
+    let state = Arc::new(SocketShared::new(table, shared.clone()));
     let accept = listeners
         .into_iter()
         .zip(&runtimes)
@@ -236,7 +271,7 @@ impl Drop for OpenSlot {
 pub(crate) struct ActiveConn(Arc<Metrics>);
 
 impl ActiveConn {
-    fn new(metrics: &Arc<Metrics>) -> Self {
+    pub(crate) fn new(metrics: &Arc<Metrics>) -> Self {
         metrics.connections_total.inc();
         metrics.connections_active.inc();
         ActiveConn(metrics.clone())
@@ -256,10 +291,13 @@ async fn connection(
     drain: CancellationToken,
 ) {
     let active = ActiveConn::new(&socket.shared.metrics);
-    if socket.table.load().tls {
-        Box::pin(serve_tls(stream, peer, socket, drain, active)).await;
-    } else {
-        serve_http(stream, peer, socket, drain, None, false, active).await;
+    let speaks = socket.table.load().speaks;
+    match speaks {
+        Speaks::Tls => Box::pin(serve_tls(stream, peer, socket, drain, active)).await,
+        Speaks::Tcp => l4::tcp::serve(stream, peer, socket, active).await,
+        Speaks::Http => serve_http(stream, peer, socket, drain, None, false, active).await,
+        // A UDP socket has no connections, and a swap never changes what a socket speaks.
+        Speaks::Udp => {}
     }
 }
 
@@ -316,7 +354,9 @@ async fn serve_tls(
             config: Some(config),
             http,
         } => (config.clone(), *http),
-        ListenerMode::Terminate { config: None, .. } | ListenerMode::Http => {
+        ListenerMode::Terminate { config: None, .. }
+        | ListenerMode::Http
+        | ListenerMode::Forward => {
             metrics.tls_failure(FailureReason::NoCertificate);
             tls::send_alert(&mut stream, tls::ALERT_HANDSHAKE_FAILURE).await;
             return;

@@ -47,6 +47,129 @@ pub(crate) struct CertificateLabels {
     pub certificate: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DirectionLabels {
+    pub gateway: Arc<str>,
+    pub route: Arc<str>,
+    /// `to_backend` or `to_client`.
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct L4ErrorLabels {
+    protocol: &'static str,
+    reason: &'static str,
+}
+
+/// Why a TCP connection or a UDP datagram was not forwarded (the `reason` label of
+/// `gatehouse_l4_errors_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum L4Error {
+    /// The listener has no route attached.
+    NoRoute,
+    /// The route's chosen backend is invalid, or its Service has no endpoints.
+    NoBackend,
+    /// TCP: no endpoint could be connected to.
+    Connect,
+    /// UDP: a new client while the socket has `--udp-max-sessions` already.
+    SessionLimit,
+    /// UDP: a datagram dropped because a socket buffer was full or a send failed.
+    Dropped,
+    /// UDP: the backend answered with ICMP port unreachable; the session ends.
+    Refused,
+}
+
+impl L4Error {
+    const ALL: [L4Error; 6] = [
+        L4Error::NoRoute,
+        L4Error::NoBackend,
+        L4Error::Connect,
+        L4Error::SessionLimit,
+        L4Error::Dropped,
+        L4Error::Refused,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            L4Error::NoRoute => "no_route",
+            L4Error::NoBackend => "no_backend",
+            L4Error::Connect => "connect",
+            L4Error::SessionLimit => "session_limit",
+            L4Error::Dropped => "dropped",
+            L4Error::Refused => "refused",
+        }
+    }
+}
+
+fn transport_label(transport: gatehouse_ir::Transport) -> &'static str {
+    match transport {
+        gatehouse_ir::Transport::Tcp => "tcp",
+        gatehouse_ir::Transport::Udp => "udp",
+    }
+}
+
+/// One TCPRoute's or UDPRoute's metric handles on one Gateway, resolved at compile time.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct L4Metrics {
+    /// TCP connections or UDP sessions opened.
+    pub opened: Counter,
+    /// TCP connections or UDP sessions open now.
+    pub active: Gauge,
+    pub bytes_to_backend: Counter,
+    pub bytes_to_client: Counter,
+    /// UDP only (TCP's stay unregistered).
+    pub datagrams_to_backend: Counter,
+    pub datagrams_to_client: Counter,
+}
+
+impl L4Metrics {
+    pub(crate) fn new(
+        metrics: &Metrics,
+        transport: gatehouse_ir::Transport,
+        gateway: &Arc<str>,
+        route: &Arc<str>,
+    ) -> Self {
+        let labels = RouteLabels {
+            gateway: gateway.clone(),
+            route: route.clone(),
+        };
+        let direction = |d: &'static str| DirectionLabels {
+            gateway: gateway.clone(),
+            route: route.clone(),
+            direction: d,
+        };
+        match transport {
+            gatehouse_ir::Transport::Tcp => L4Metrics {
+                opened: metrics.tcp_connections.get_or_create_owned(&labels),
+                active: metrics.tcp_connections_active.get_or_create_owned(&labels),
+                bytes_to_backend: metrics
+                    .tcp_bytes
+                    .get_or_create_owned(&direction("to_backend")),
+                bytes_to_client: metrics
+                    .tcp_bytes
+                    .get_or_create_owned(&direction("to_client")),
+                ..L4Metrics::default()
+            },
+            gatehouse_ir::Transport::Udp => L4Metrics {
+                opened: metrics.udp_sessions.get_or_create_owned(&labels),
+                active: metrics.udp_sessions_active.get_or_create_owned(&labels),
+                bytes_to_backend: metrics
+                    .udp_bytes
+                    .get_or_create_owned(&direction("to_backend")),
+                bytes_to_client: metrics
+                    .udp_bytes
+                    .get_or_create_owned(&direction("to_client")),
+                datagrams_to_backend: metrics
+                    .udp_datagrams
+                    .get_or_create_owned(&direction("to_backend")),
+                datagrams_to_client: metrics
+                    .udp_datagrams
+                    .get_or_create_owned(&direction("to_client")),
+            },
+        }
+    }
+}
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 /// Time-to-response-headers buckets: sub-millisecond proxying up to the 60 s default timeout.
@@ -75,6 +198,14 @@ pub struct Metrics {
     pub(crate) timeouts: Family<KindLabels, Counter>,
     pub(crate) connections_shed: Counter,
     pub(crate) heads_too_large: Family<SideLabels, Counter>,
+    pub(crate) tcp_connections: Family<RouteLabels, Counter>,
+    pub(crate) tcp_connections_active: Family<RouteLabels, Gauge>,
+    pub(crate) tcp_bytes: Family<DirectionLabels, Counter>,
+    pub(crate) udp_sessions: Family<RouteLabels, Counter>,
+    pub(crate) udp_sessions_active: Family<RouteLabels, Gauge>,
+    pub(crate) udp_datagrams: Family<DirectionLabels, Counter>,
+    pub(crate) udp_bytes: Family<DirectionLabels, Counter>,
+    pub(crate) l4_errors: Family<L4ErrorLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,7 +259,65 @@ impl Metrics {
             timeouts: Family::default(),
             connections_shed: Counter::default(),
             heads_too_large: Family::default(),
+            tcp_connections: Family::default(),
+            tcp_connections_active: Family::default(),
+            tcp_bytes: Family::default(),
+            udp_sessions: Family::default(),
+            udp_sessions_active: Family::default(),
+            udp_datagrams: Family::default(),
+            udp_bytes: Family::default(),
+            l4_errors: Family::default(),
         };
+        for protocol in ["tcp", "udp"] {
+            for reason in L4Error::ALL {
+                metrics.l4_errors.get_or_create_owned(&L4ErrorLabels {
+                    protocol,
+                    reason: reason.as_str(),
+                });
+            }
+        }
+        registry.register(
+            "gatehouse_tcp_connections",
+            "TCP connections a TCP listener forwarded, by gateway and TCPRoute",
+            metrics.tcp_connections.clone(),
+        );
+        registry.register(
+            "gatehouse_tcp_connections_active",
+            "TCP connections open through a TCP listener, by gateway and TCPRoute",
+            metrics.tcp_connections_active.clone(),
+        );
+        registry.register_with_unit(
+            "gatehouse_tcp",
+            "Bytes forwarded by TCP listeners, by gateway, TCPRoute and direction (to_backend, to_client)",
+            Unit::Bytes,
+            metrics.tcp_bytes.clone(),
+        );
+        registry.register(
+            "gatehouse_udp_sessions",
+            "UDP client sessions a UDP listener opened, by gateway and UDPRoute",
+            metrics.udp_sessions.clone(),
+        );
+        registry.register(
+            "gatehouse_udp_sessions_active",
+            "UDP client sessions open on UDP listeners, by gateway and UDPRoute",
+            metrics.udp_sessions_active.clone(),
+        );
+        registry.register(
+            "gatehouse_udp_datagrams",
+            "Datagrams forwarded by UDP listeners, by gateway, UDPRoute and direction (to_backend, to_client)",
+            metrics.udp_datagrams.clone(),
+        );
+        registry.register_with_unit(
+            "gatehouse_udp",
+            "Bytes forwarded by UDP listeners, by gateway, UDPRoute and direction (to_backend, to_client)",
+            Unit::Bytes,
+            metrics.udp_bytes.clone(),
+        );
+        registry.register(
+            "gatehouse_l4_errors",
+            "TCP connections and UDP datagrams not forwarded, by protocol and reason (no_route, no_backend, connect, session_limit, dropped, refused)",
+            metrics.l4_errors.clone(),
+        );
         for side in [Side::Request, Side::Response] {
             metrics.heads_too_large.get_or_create_owned(&SideLabels {
                 side: side.as_str(),
@@ -244,6 +433,15 @@ impl Metrics {
         self.bind_failures
             .get_or_create(&AddressLabels {
                 address: address.to_string(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn l4_error(&self, transport: gatehouse_ir::Transport, reason: L4Error) {
+        self.l4_errors
+            .get_or_create(&L4ErrorLabels {
+                protocol: transport_label(transport),
+                reason: reason.as_str(),
             })
             .inc();
     }

@@ -131,7 +131,7 @@ where
         return Ok(());
     }
     tokio::select! {
-        result = crate::limits::copy_bidirectional_idle(client, &mut upstream, shared.limits.tunnel_idle, &shared.metrics) => {
+        result = crate::limits::copy_bidirectional_idle(client, &mut upstream, shared.limits.tunnel_idle, &shared.metrics, None) => {
             if let Err(error) = result {
                 debug!(route, cluster = &*cluster.name, %error, "TLSRoute connection ended with an error");
             }

@@ -16,11 +16,44 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What a socket's connections (or datagrams) speak; the first listener on an address decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Speaks {
+    /// Plaintext HTTP.
+    Http,
+    /// Connections start with a TLS ClientHello (HTTPS and TLS listeners).
+    Tls,
+    /// Bytes forwarded as they are (TCP listeners).
+    Tcp,
+    /// A UDP socket (UDP listeners).
+    Udp,
+}
+
+impl Speaks {
+    pub(crate) fn of(protocol: gatehouse_ir::ListenerProtocol) -> Self {
+        use gatehouse_ir::ListenerProtocol as P;
+        match protocol {
+            P::Http => Speaks::Http,
+            P::Https | P::Tls => Speaks::Tls,
+            P::Tcp => Speaks::Tcp,
+            P::Udp => Speaks::Udp,
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Speaks::Http => "plaintext HTTP",
+            Speaks::Tls => "TLS",
+            Speaks::Tcp => "TCP (a TCPRoute)",
+            Speaks::Udp => "UDP",
+        }
+    }
+}
+
 /// Everything one bound socket routes with.
 #[derive(Debug)]
 pub(crate) struct SocketTable {
-    /// Connections start with a TLS ClientHello (HTTPS and TLS listeners) rather than HTTP.
-    pub tls: bool,
+    pub speaks: Speaks,
     pub listeners: Vec<CompiledListener>,
     /// Request host (or SNI name) -> index into `listeners`.
     pub hosts: HostTable<usize>,
@@ -39,6 +72,8 @@ pub(crate) struct CompiledListener {
     /// TLS listeners: SNI name -> index into `tls_routes`.
     pub tls_hosts: HostTable<usize>,
     pub tls_routes: Vec<CompiledTlsRoute>,
+    /// TCP and UDP listeners: where every connection or client session goes.
+    pub l4_route: Option<Arc<crate::l4::L4Route>>,
     /// `gatehouse_tls_handshakes_total` of this listener.
     pub handshakes: Counter,
 }
@@ -57,6 +92,8 @@ pub(crate) enum ListenerMode {
     },
     /// TLS forwarded untouched by TLSRoute, ClientHello included.
     Passthrough,
+    /// TCP connections or UDP sessions forwarded to [`CompiledListener::l4_route`].
+    Forward,
 }
 
 #[derive(Debug)]
@@ -126,6 +163,13 @@ pub(crate) struct Endpoint {
     /// Backend TLS; HTTP/1 requests go through its client, h2 ones under its connection.
     pub tls: Option<Arc<TlsUpstream>>,
     pub health: Arc<EndpointHealth>,
+}
+
+impl SocketTable {
+    /// The route of a TCP or UDP socket (it has one listener), if one is attached.
+    pub(crate) fn l4_route(&self) -> Option<&Arc<crate::l4::L4Route>> {
+        self.listeners.first()?.l4_route.as_ref()
+    }
 }
 
 impl ClusterState {

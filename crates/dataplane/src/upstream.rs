@@ -482,7 +482,8 @@ pub(crate) async fn splice(
     let mut downstream = TokioIo::new(downstream);
     let mut upstream = TokioIo::new(upstream);
     if let Err(error) =
-        crate::limits::copy_bidirectional_idle(&mut downstream, &mut upstream, idle, metrics).await
+        crate::limits::copy_bidirectional_idle(&mut downstream, &mut upstream, idle, metrics, None)
+            .await
     {
         debug!(%error, "upgraded connection ended with an error");
     }

@@ -213,10 +213,17 @@ struct ServeArgs {
     /// A client that does not read what it is sent for this long is disconnected.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     client_write_timeout: Duration,
-    /// An upgraded connection (WebSocket) or TLS stream with no byte either way for this
-    /// long is closed.
+    /// An upgraded connection (WebSocket), TLS passthrough or TCPRoute stream with no byte
+    /// either way for this long is closed.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     tunnel_idle_timeout: Duration,
+    /// A UDP session (one client address and port on a UDP listener) with no datagram either
+    /// way for this long ends.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    udp_idle_timeout: Duration,
+    /// UDP sessions per UDP listener; datagrams of new clients beyond it are dropped.
+    #[arg(long, default_value = "16384")]
+    udp_max_sessions: usize,
     /// Largest request head (request line and fields); bigger ones get 431.
     #[arg(long, default_value = "65536")]
     max_request_head_bytes: usize,
@@ -431,6 +438,8 @@ fn dataplane_options(a: &ServeArgs, workers: usize) -> gatehouse_dataplane::Opti
         backend_read_timeout: a.backend_read_timeout,
         client_write_timeout: a.client_write_timeout,
         tunnel_idle_timeout: a.tunnel_idle_timeout,
+        udp_idle_timeout: a.udp_idle_timeout,
+        udp_max_sessions: a.udp_max_sessions,
         max_header_bytes: a.max_request_head_bytes,
         max_response_head_bytes: a.max_response_head_bytes,
         max_connections_per_worker: a.max_connections_per_worker,

@@ -54,7 +54,14 @@ impl DataApplier {
         let missing: Vec<String> = self
             .unbound_now()
             .iter()
-            .map(|u| format!("cannot listen on {}: {}", u.address, u.error))
+            .map(|u| match u.transport {
+                gatehouse_dataplane::Transport::Tcp => {
+                    format!("cannot listen on {}: {}", u.address, u.error)
+                }
+                gatehouse_dataplane::Transport::Udp => {
+                    format!("cannot listen on {}/udp: {}", u.address, u.error)
+                }
+            })
             .collect();
         self.state.control.set_missing(missing);
     }
@@ -89,6 +96,7 @@ impl Applier for DataApplier {
             .map(|u| UnboundListener {
                 port: u32::from(u.address.port()),
                 address: u.address.ip().to_string(),
+                udp: u.transport == gatehouse_dataplane::Transport::Udp,
                 error: u.error,
                 address_not_usable: u.address_not_available,
             })

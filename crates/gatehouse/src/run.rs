@@ -75,21 +75,19 @@ impl Publisher for LocalDataPlane {
     }
 
     fn serving(&self) -> Serving {
-        Serving {
-            unbound: self
-                .dataplane
-                .unbound()
-                .into_iter()
-                .map(|u| {
-                    let problem = BindProblem {
-                        error: u.error,
-                        address_not_usable: u.address_not_available,
-                    };
-                    (u.address, problem)
-                })
-                .collect(),
-            ..Serving::default()
+        let mut serving = Serving::default();
+        for u in self.dataplane.unbound() {
+            let problem = BindProblem {
+                error: u.error,
+                address_not_usable: u.address_not_available,
+            };
+            let unbound = match u.transport {
+                gatehouse_dataplane::Transport::Tcp => &mut serving.unbound,
+                gatehouse_dataplane::Transport::Udp => &mut serving.unbound_udp,
+            };
+            unbound.insert(u.address, problem);
         }
+        serving
     }
 
     fn changed(&self) -> BoxFuture<'_, ()> {

@@ -79,6 +79,28 @@ pub enum ListenerProtocol {
     /// TLS routed by SNI to [`Listener::tls_routes`]: passed through untouched, or terminated
     /// (per [`ListenerTls::mode`]) with the decrypted stream forwarded over TCP.
     Tls,
+    /// TCP connections forwarded byte for byte to [`Listener::l4_route`] (TCPRoute).
+    Tcp,
+    /// UDP datagrams forwarded to [`Listener::l4_route`] (UDPRoute), per client session. A UDP
+    /// listener's socket is a UDP one: it may share its port number with a TCP-based listener.
+    Udp,
+}
+
+/// The transport a listener's socket uses: sockets are keyed by transport and address, so a
+/// UDP listener and a TCP-based one may use the same port number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+impl ListenerProtocol {
+    pub fn transport(self) -> Transport {
+        match self {
+            ListenerProtocol::Udp => Transport::Udp,
+            _ => Transport::Tcp,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,12 +121,28 @@ pub struct Listener {
     pub tls: Option<ListenerTls>,
     /// TLS listeners: TLSRoutes by SNI, most specific hostname first.
     pub tls_routes: Vec<TlsRoute>,
+    /// TCP and UDP listeners: the one route every connection or session goes to (the oldest of
+    /// the routes attached; `None` while none is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l4_route: Option<L4Route>,
 }
 
 impl Listener {
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.address, self.port)
     }
+
+    pub fn transport(&self) -> Transport {
+        self.protocol.transport()
+    }
+}
+
+/// A TCPRoute or UDPRoute rule attached to a TCP or UDP listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct L4Route {
+    pub route: RouteRef,
+    /// Picked by weight per connection (TCP) or per client session (UDP).
+    pub backends: Vec<WeightedBackend>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -283,6 +321,10 @@ pub enum UpstreamProtocol {
     H2c,
     /// HTTP/1.1 whose every request is expected to upgrade (`kubernetes.io/ws`).
     WebSocket,
+    /// A byte stream over TCP (TCPRoute backends): no HTTP, no pools.
+    Tcp,
+    /// Datagrams over UDP (UDPRoute backends).
+    Udp,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

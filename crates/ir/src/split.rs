@@ -26,7 +26,8 @@ impl Config {
             .flat_map(|l| {
                 let http = l.rules.iter().flat_map(|r| &r.backends);
                 let tls = l.tls_routes.iter().flat_map(|r| &r.backends);
-                http.chain(tls)
+                let l4 = l.l4_route.iter().flat_map(|r| &r.backends);
+                http.chain(tls).chain(l4)
             })
             .filter_map(|b| match &b.target {
                 BackendTarget::Cluster(name) => Some(name.as_str()),
@@ -109,6 +110,7 @@ mod tests {
                 client_validation: None,
             }),
             tls_routes: vec![],
+            l4_route: None,
         }
     }
 

@@ -87,6 +87,9 @@ pub struct UnboundListener {
     /// format: the control plane's serving report is keyed by socket address).
     #[prost(string, tag = "4")]
     pub address: String,
+    /// A UDP socket (a UDP listener); otherwise TCP. Older data planes never set it.
+    #[prost(bool, tag = "5")]
+    pub udp: bool,
 }
 
 /// Control plane → data plane.

@@ -208,12 +208,14 @@ async fn unbound_listeners_are_reported_with_acks_and_serving_changes() {
         error: "Address already in use (os error 98)".into(),
         address_not_usable: false,
         address: "0.0.0.0".into(),
+        udp: false,
     };
     let foreign = UnboundListener {
         port: 80,
         error: "Cannot assign requested address (os error 99)".into(),
         address_not_usable: true,
         address: "192.0.2.1".into(),
+        udp: false,
     };
     data.applier
         .set_unbound(vec![busy.clone(), foreign.clone()]);

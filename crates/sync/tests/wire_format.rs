@@ -93,6 +93,7 @@ fn unbound() -> UnboundListener {
         error: "in use".into(),
         address_not_usable: true,
         address: "0.0.0.0".into(),
+        udp: true,
     }
 }
 

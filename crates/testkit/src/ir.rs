@@ -59,6 +59,7 @@ pub fn listener_base(
         virtual_hosts: vec![],
         tls: None,
         tls_routes: vec![],
+        l4_route: None,
     }
 }
 
@@ -182,4 +183,46 @@ pub fn config_with_certificates(
         certificates,
         ..config(listeners, clusters)
     }
+}
+
+/// A backend of `cluster` with `weight`.
+pub fn weighted(cluster: &str, weight: u32) -> WeightedBackend {
+    WeightedBackend {
+        weight,
+        ..to_cluster(cluster)
+    }
+}
+
+/// A TCP listener on `port` forwarding to TCPRoute `route` over `backends` (no route: `None`).
+pub fn tcp_listener(port: u16, route: Option<(&str, Vec<WeightedBackend>)>) -> Listener {
+    l4_listener(port, ListenerProtocol::Tcp, "TCPRoute", route)
+}
+
+/// A UDP listener on `port` forwarding to UDPRoute `route` over `backends`.
+pub fn udp_listener(port: u16, route: Option<(&str, Vec<WeightedBackend>)>) -> Listener {
+    l4_listener(port, ListenerProtocol::Udp, "UDPRoute", route)
+}
+
+fn l4_listener(
+    port: u16,
+    protocol: ListenerProtocol,
+    kind: &str,
+    route: Option<(&str, Vec<WeightedBackend>)>,
+) -> Listener {
+    let name = format!("{}-{port}", kind.trim_end_matches("Route").to_lowercase());
+    Listener {
+        l4_route: route.map(|(name, backends)| L4Route {
+            route: route_ref(kind, name),
+            backends,
+        }),
+        ..listener_base(&name, port, None, protocol)
+    }
+}
+
+pub fn tcp_cluster(name: &str, endpoints: Vec<SocketAddr>) -> Cluster {
+    cluster(name, UpstreamProtocol::Tcp, endpoints)
+}
+
+pub fn udp_cluster(name: &str, endpoints: Vec<SocketAddr>) -> Cluster {
+    cluster(name, UpstreamProtocol::Udp, endpoints)
 }

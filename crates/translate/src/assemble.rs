@@ -74,6 +74,7 @@ fn listener<'a>(
     let mut rules = Vec::new();
     let mut candidates = Vec::new();
     let mut tls_routes = Vec::new();
+    let mut l4_route = None;
     for a in attachments {
         for (rule_index, rule) in a.rules.iter() {
             match rule {
@@ -118,6 +119,21 @@ fn listener<'a>(
                         backends,
                     });
                 }
+                // A TCP or UDP listener has nothing to tell its routes' traffic apart by, so
+                // the oldest route attached takes it all (attachments come oldest first); the
+                // others are Accepted and counted in attachedRoutes, as the conformance
+                // suite expects, but carry nothing.
+                RouteRule::L4 { route, backends } if l4_route.is_none() => {
+                    let mut backends = backends.clone();
+                    for b in &mut backends {
+                        use_cluster(&mut b.target, None, out, &gw.key);
+                    }
+                    l4_route = Some(ir::L4Route {
+                        route: route.clone(),
+                        backends,
+                    });
+                }
+                RouteRule::L4 { .. } => {}
             }
         }
     }
@@ -131,6 +147,7 @@ fn listener<'a>(
         virtual_hosts: precedence::virtual_hosts(candidates),
         tls: l.tls.clone(),
         tls_routes,
+        l4_route,
     }
 }
 

@@ -14,6 +14,14 @@ use std::net::{IpAddr, SocketAddr};
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// How Kubernetes spells a transport in Service and EndpointSlice ports.
+fn transport_name(transport: ir::Transport) -> &'static str {
+    match transport {
+        ir::Transport::Tcp => "TCP",
+        ir::Transport::Udp => "UDP",
+    }
+}
+
 /// Why a reference cannot be used, as a ResolvedRefs reason and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RefProblem {
@@ -110,53 +118,10 @@ impl<'a> Backends<'a> {
         }
     }
 
-    /// Resolve a backendRef to the name of a cluster (registering the cluster), or say why not.
+    /// Resolve a backendRef of an HTTP or TLS route to the name of a cluster (registering the
+    /// cluster), or say why not.
     pub fn resolve(&mut self, from: Referrer, r: &BackendRef) -> Result<String, RefProblem> {
-        let group = r.group.unwrap_or("");
-        let kind = r.kind.unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            return Err(RefProblem {
-                reason: INVALID_KIND,
-                message: format!(
-                    "backendRef kind {group}/{kind} is not supported; use a core Service"
-                ),
-                policy_cluster: None,
-            });
-        }
-        let namespace = r.namespace.unwrap_or(from.namespace);
-        if !self.refs.permitted(from, "", "Service", namespace, r.name) {
-            return Err(RefProblem {
-                reason: REF_NOT_PERMITTED,
-                message: format!(
-                    "no ReferenceGrant in namespace {namespace} allows {} from {} to use Service {}",
-                    from.kind, from.namespace, r.name
-                ),
-                policy_cluster: None,
-            });
-        }
-        let key = ObjectKey::new(namespace, r.name);
-        let Some(service) = self.services.get(&key) else {
-            return Err(RefProblem {
-                reason: BACKEND_NOT_FOUND,
-                message: format!("Service {key} not found"),
-                policy_cluster: None,
-            });
-        };
-        let Some(port) = r.port else {
-            return Err(RefProblem {
-                reason: BACKEND_NOT_FOUND,
-                message: format!("backendRef to Service {key} has no port"),
-                policy_cluster: None,
-            });
-        };
-        let ports = service.spec.as_ref().and_then(|s| s.ports.as_ref());
-        let Some(service_port) = ports.into_iter().flatten().find(|p| p.port == port) else {
-            return Err(RefProblem {
-                reason: BACKEND_NOT_FOUND,
-                message: format!("Service {key} has no port {port}"),
-                policy_cluster: None,
-            });
-        };
+        let (key, port, service_port) = self.service_port(from, r, ir::Transport::Tcp)?;
         let protocol = match service_port.app_protocol.as_deref() {
             None | Some("http") | Some("HTTP") | Some("kubernetes.io/http") => {
                 ir::UpstreamProtocol::Http1
@@ -193,7 +158,7 @@ impl<'a> Backends<'a> {
                     policy_cluster: None,
                 });
             }
-            let endpoints = self.endpoints(&key, service_port);
+            let endpoints = self.endpoints(&key, service_port, ir::Transport::Tcp);
             self.clusters.insert(
                 name.clone(),
                 ir::Cluster {
@@ -207,9 +172,108 @@ impl<'a> Backends<'a> {
         Ok(name)
     }
 
+    /// Resolve a backendRef of a TCPRoute or UDPRoute: the Service port of that transport,
+    /// forwarded as it is. Its appProtocol says what the bytes are, which a layer-4 route does
+    /// not look at, and BackendTLSPolicy does not apply (the gateway adds no TLS to a byte
+    /// stream it does not terminate). The cluster is its own (`ns/svc:port/tcp`), so an
+    /// HTTPRoute to the same Service port keeps its pools and backend TLS.
+    pub fn resolve_l4(
+        &mut self,
+        from: Referrer,
+        r: &BackendRef,
+        transport: ir::Transport,
+    ) -> Result<String, RefProblem> {
+        let (key, port, service_port) = self.service_port(from, r, transport)?;
+        let (suffix, protocol) = match transport {
+            ir::Transport::Tcp => ("tcp", ir::UpstreamProtocol::Tcp),
+            ir::Transport::Udp => ("udp", ir::UpstreamProtocol::Udp),
+        };
+        let name = format!("{key}:{port}/{suffix}");
+        if !self.clusters.contains_key(&name) {
+            let endpoints = self.endpoints(&key, service_port, transport);
+            self.clusters.insert(
+                name.clone(),
+                ir::Cluster {
+                    name: name.clone(),
+                    protocol,
+                    endpoints,
+                    tls: None,
+                },
+            );
+        }
+        Ok(name)
+    }
+
+    /// The Service port a backendRef names, after the checks every route kind shares: a core
+    /// Service, allowed by ReferenceGrant, existing, with a port of that number and transport.
+    fn service_port(
+        &self,
+        from: Referrer,
+        r: &BackendRef,
+        transport: ir::Transport,
+    ) -> Result<(ObjectKey, i32, &'a ServicePort), RefProblem> {
+        let group = r.group.unwrap_or("");
+        let kind = r.kind.unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            return Err(RefProblem {
+                reason: INVALID_KIND,
+                message: format!(
+                    "backendRef kind {group}/{kind} is not supported; use a core Service"
+                ),
+                policy_cluster: None,
+            });
+        }
+        let namespace = r.namespace.unwrap_or(from.namespace);
+        if !self.refs.permitted(from, "", "Service", namespace, r.name) {
+            return Err(RefProblem {
+                reason: REF_NOT_PERMITTED,
+                message: format!(
+                    "no ReferenceGrant in namespace {namespace} allows {} from {} to use Service {}",
+                    from.kind, from.namespace, r.name
+                ),
+                policy_cluster: None,
+            });
+        }
+        let key = ObjectKey::new(namespace, r.name);
+        let Some(service) = self.services.get(&key).copied() else {
+            return Err(RefProblem {
+                reason: BACKEND_NOT_FOUND,
+                message: format!("Service {key} not found"),
+                policy_cluster: None,
+            });
+        };
+        let Some(port) = r.port else {
+            return Err(RefProblem {
+                reason: BACKEND_NOT_FOUND,
+                message: format!("backendRef to Service {key} has no port"),
+                policy_cluster: None,
+            });
+        };
+        let ports = service.spec.as_ref().and_then(|s| s.ports.as_ref());
+        let wanted = transport_name(transport);
+        let Some(service_port) = ports
+            .into_iter()
+            .flatten()
+            .find(|p| p.port == port && p.protocol.as_deref().unwrap_or("TCP") == wanted)
+        else {
+            return Err(RefProblem {
+                reason: BACKEND_NOT_FOUND,
+                message: format!("Service {key} has no {wanted} port {port}"),
+                policy_cluster: None,
+            });
+        };
+        Ok((key, port, service_port))
+    }
+
     /// Ready endpoints of the Service port; when none is ready, the serving ones that are
     /// terminating, so that a rollout's last pods still get traffic (as kube-proxy does).
-    fn endpoints(&self, service: &ObjectKey, port: &ServicePort) -> Vec<SocketAddr> {
+    fn endpoints(
+        &self,
+        service: &ObjectKey,
+        port: &ServicePort,
+        transport: ir::Transport,
+    ) -> Vec<SocketAddr> {
+        let wanted = transport_name(transport);
         let mut ready = BTreeSet::new();
         let mut serving_terminating = BTreeSet::new();
         for slice in self.slices.get(service).into_iter().flatten() {
@@ -218,7 +282,7 @@ impl<'a> Backends<'a> {
             }
             let slice_port = slice.ports.iter().flatten().find(|p| {
                 p.name.as_deref().unwrap_or("") == port.name.as_deref().unwrap_or("")
-                    && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+                    && p.protocol.as_deref().unwrap_or("TCP") == wanted
             });
             let Some(number) = slice_port
                 .and_then(|p| p.port)

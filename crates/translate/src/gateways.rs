@@ -141,6 +141,8 @@ impl ListenerCtx {
         match self.protocol.as_str() {
             "HTTPS" => ir::ListenerProtocol::Https,
             "TLS" => ir::ListenerProtocol::Tls,
+            "TCP" => ir::ListenerProtocol::Tcp,
+            "UDP" => ir::ListenerProtocol::Udp,
             _ => ir::ListenerProtocol::Http,
         }
     }
@@ -226,8 +228,9 @@ pub fn gateways<'a>(
 /// keeps the socket (creation time, then namespace/name) and the newer one's listener is
 /// refused, naming the winner, instead of being shadowed in silence.
 fn mark_cross_gateway_conflicts(gateways: &mut [GatewayCtx]) {
-    // (address, port) -> listeners that hold it: (gateway, listener, family, hostname).
-    let mut claims: BTreeMap<(IpAddr, u16), Vec<(usize, usize)>> = BTreeMap::new();
+    // (address, port, transport) -> listeners that hold it: (gateway, listener). A UDP
+    // listener's socket is not a TCP one, so they never clash.
+    let mut claims: BTreeMap<(IpAddr, u16, ir::Transport), Vec<(usize, usize)>> = BTreeMap::new();
     for gi in 0..gateways.len() {
         let Some(address) = gateways[gi].address else {
             continue;
@@ -237,7 +240,9 @@ fn mark_cross_gateway_conflicts(gateways: &mut [GatewayCtx]) {
             if !l.programmable() {
                 continue;
             }
-            let holders = claims.entry((address, l.port)).or_default();
+            let holders = claims
+                .entry((address, l.port, l.ir_protocol().transport()))
+                .or_default();
             let clash = holders.iter().find_map(|&(hg, hl)| {
                 let h = &gateways[hg].listeners[hl];
                 if hg == gi {
@@ -284,7 +289,9 @@ fn family(protocol: &str) -> &'static str {
         "HTTP" => "http",
         "HTTPS" | "TLS" => "tls",
         "UDP" => "udp",
-        _ => "tcp",
+        "TCP" => "tcp",
+        // Unsupported protocols never reach a socket.
+        _ => "other",
     }
 }
 
@@ -489,10 +496,16 @@ fn listener(l: &GatewayListeners) -> ListenerCtx {
 
 /// Listeners sharing a port must agree on the protocol family and have distinct hostnames;
 /// every listener involved in a conflict is marked, because none of them can be served as asked.
+/// A UDP listener shares its port number with no socket of the TCP-based ones, so only another
+/// UDP listener conflicts with it; TCP and UDP listeners have no hostname, so two of them on
+/// one port are not distinct (the spec: "TCP, UDP: Port").
 fn mark_conflicts(listeners: &mut [ListenerCtx]) {
     for i in 0..listeners.len() {
         for j in 0..listeners.len() {
-            if i == j || listeners[i].port != listeners[j].port {
+            if i == j
+                || listeners[i].port != listeners[j].port
+                || listeners[i].ir_protocol().transport() != listeners[j].ir_protocol().transport()
+            {
                 continue;
             }
             let (a, b) = (&listeners[i], &listeners[j]);

@@ -7,6 +7,7 @@
 //! themselves, so a new route kind is one file (its [`RouteKind`](crate::RouteKind)
 //! implementation) plus one line here.
 
+use crate::generated::{tcproutes::TcpRoute, udproutes::UdpRoute};
 use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
@@ -283,6 +284,10 @@ registry! {
     gateways: Gateway, ["v1", "v1beta1"], REQUIRED, namespaced, gateway;
     http_routes: HttpRoute, ["v1", "v1beta1"], REQUIRED, namespaced, route;
     tls_routes: TlsRoute, ["v1", "v1alpha3", "v1alpha2"], OPTIONAL, namespaced, route;
+    /// v1 since Gateway API v1.5 (kopium types from the v1.7.0 CRD; v1alpha2 has the same
+    /// fields and is still read from files).
+    tcp_routes: TcpRoute, ["v1", "v1alpha2"], OPTIONAL, namespaced, route;
+    udp_routes: UdpRoute, ["v1", "v1alpha2"], OPTIONAL, namespaced, route;
     reference_grants: ReferenceGrant, ["v1", "v1beta1"], OPTIONAL, namespaced, object;
     backend_tls_policies: BackendTlsPolicy, ["v1", "v1alpha3"], OPTIONAL, namespaced, policy;
     services: Service, ["v1"], REQUIRED, namespaced, object;

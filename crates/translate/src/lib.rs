@@ -10,6 +10,7 @@ mod backends;
 mod certificates;
 pub mod conditions;
 mod gateways;
+pub mod generated;
 pub mod hostname;
 pub mod infrastructure;
 pub mod kinds;

@@ -12,7 +12,10 @@ use std::net::SocketAddr;
 /// Addresses of the configuration that the data plane could not bind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Serving {
+    /// TCP sockets (every listener protocol but UDP).
     pub unbound: BTreeMap<SocketAddr, BindProblem>,
+    /// UDP sockets (UDP listeners): a port number of their own, apart from the TCP ones.
+    pub unbound_udp: BTreeMap<SocketAddr, BindProblem>,
     /// Gateways whose data plane does not serve the current configuration at all (a
     /// provisioned data plane with no replica connected, or one still applying or refusing
     /// it), with why. Every listener and the Gateway are Programmed=False Pending.
@@ -49,7 +52,7 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
             }
         }
     }
-    if serving.unbound.is_empty() {
+    if serving.unbound.is_empty() && serving.unbound_udp.is_empty() {
         return;
     }
     for gateway in &config.gateways {
@@ -61,7 +64,11 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
         let mut pending: Option<String> = None;
         for listener in &gateway.listeners {
             let address = listener.socket_addr();
-            let Some(problem) = serving.unbound.get(&address) else {
+            let unbound = match listener.transport() {
+                ir::Transport::Tcp => &serving.unbound,
+                ir::Transport::Udp => &serving.unbound_udp,
+            };
+            let Some(problem) = unbound.get(&address) else {
                 continue;
             };
             let Some(l) = gw_status

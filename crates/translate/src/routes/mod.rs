@@ -7,7 +7,10 @@
 //! PartiallyInvalid conditions of every parent.
 
 pub mod http;
+mod l4;
+pub mod tcp;
 pub mod tls;
+pub mod udp;
 
 use crate::backends::{BackendRef, Backends, RefProblem};
 use crate::conditions::{condition, names::*};
@@ -51,6 +54,11 @@ pub enum RouteRule {
     Http(http::RuleTemplate),
     /// TLS listeners: the stream goes to one of these backends.
     Tls {
+        route: ir::RouteRef,
+        backends: Vec<ir::WeightedBackend>,
+    },
+    /// TCP and UDP listeners: each connection or client session goes to one of these backends.
+    L4 {
         route: ir::RouteRef,
         backends: Vec<ir::WeightedBackend>,
     },
@@ -175,7 +183,23 @@ impl RuleCtx<'_, '_> {
     /// Resolves a backendRef. A reference that cannot be used becomes an invalid target (its
     /// share of the traffic is answered 500) and its problem is recorded for ResolvedRefs.
     pub fn backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
-        match self.backends.resolve(self.referrer, r) {
+        let resolved = self.backends.resolve(self.referrer, r);
+        self.resolved(resolved)
+    }
+
+    /// Resolves a backendRef of a TCPRoute or UDPRoute to a Service port of `transport`
+    /// (see [`Backends::resolve_l4`]), recording problems as [`RuleCtx::backend`] does.
+    pub fn l4_backend(
+        &mut self,
+        r: &BackendRef<'_>,
+        transport: ir::Transport,
+    ) -> ir::BackendTarget {
+        let resolved = self.backends.resolve_l4(self.referrer, r, transport);
+        self.resolved(resolved).target
+    }
+
+    fn resolved(&mut self, resolved: Result<String, RefProblem>) -> ResolvedBackend {
+        match resolved {
             Ok(cluster) => ResolvedBackend {
                 target: ir::BackendTarget::Cluster(cluster),
                 policy_cluster: None,
