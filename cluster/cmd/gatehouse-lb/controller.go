@@ -48,6 +48,7 @@ type controller struct {
 	recorder    record.EventRecorder
 	alloc       *allocator
 	lb          *haproxy
+	udp         *udpProxy
 	trigger     chan struct{}
 	// reported remembers the last Event of each kind per Service, so that a state is
 	// announced once, not on every sync.
@@ -69,6 +70,7 @@ func newController(client kubernetes.Interface, alloc *allocator, lb *haproxy, r
 		recorder:    broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gatehouse-lb"}),
 		alloc:       alloc,
 		lb:          lb,
+		udp:         newUDPProxy(),
 		trigger:     make(chan struct{}, 1),
 		reported:    map[string]string{},
 	}
@@ -169,7 +171,10 @@ func (c *controller) run(ctx context.Context, ready func()) error {
 	}
 }
 
-func (c *controller) shutdown() { c.broadcaster.Shutdown() }
+func (c *controller) shutdown() {
+	c.udp.stop()
+	c.broadcaster.Shutdown()
+}
 
 // outcome is the allocation state of one Service for this sync.
 type outcome struct {
@@ -290,8 +295,10 @@ func (c *controller) sync(ctx context.Context) error {
 		}
 	}
 
-	// 4. haproxy: one frontend per (Service, TCP port) that has an address.
+	// 4. haproxy: one frontend per (Service, TCP port) that has an address; the UDP
+	// forwarder (udp.go): one socket per (Service, UDP port).
 	want := map[string]*frontend{}
+	wantUDP := map[string]*udpFrontend{}
 	for _, s := range ours {
 		ip := outcomes[key(s)].ip
 		if !ip.IsValid() {
@@ -306,6 +313,16 @@ func (c *controller) sync(ctx context.Context) error {
 			balance = "source"
 		}
 		for _, sp := range s.Spec.Ports {
+			if sp.Protocol == corev1.ProtocolUDP {
+				name := udpFrontendName(s.Namespace, s.Name, sp.Port)
+				wantUDP[name] = &udpFrontend{
+					name:    name,
+					service: key(s),
+					bind:    netip.AddrPortFrom(ip, uint16(sp.Port)),
+					want:    endpointsFor(sp, addressFamily(ip), eps),
+				}
+				continue
+			}
 			if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
 				continue
 			}
@@ -325,6 +342,7 @@ func (c *controller) sync(ctx context.Context) error {
 		}
 	}
 	applyErr := c.lb.apply(want)
+	c.udp.apply(wantUDP)
 
 	// 5. Status and Events.
 	var errs []error
@@ -367,7 +385,7 @@ func (c *controller) sync(ctx context.Context) error {
 			}
 			lbStatus.Ingress = []corev1.LoadBalancerIngress{ing}
 			if len(unsupported) > 0 && c.report(k, "proto", strings.Join(unsupported, ",")) {
-				c.recorder.Eventf(s, corev1.EventTypeWarning, "UnsupportedProtocol", "gatehouse-lb forwards TCP only; not forwarded: %s", strings.Join(unsupported, ", "))
+				c.recorder.Eventf(s, corev1.EventTypeWarning, "UnsupportedProtocol", "gatehouse-lb forwards TCP and UDP only; not forwarded: %s", strings.Join(unsupported, ", "))
 			}
 		}
 		if err := c.writeStatus(ctx, s, lbStatus, &cond); err != nil {
@@ -391,15 +409,21 @@ func (c *controller) carriesOurAddress(s *corev1.Service) bool {
 
 // portError is the status error of one Service port, "" when it is forwarded.
 func (c *controller) portError(s *corev1.Service, sp corev1.ServicePort) string {
-	if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+	serving, listenErr := c.lb.serving, func(name string) error { return c.lb.listenErr[name] }
+	name := frontendName(s.Namespace, s.Name, sp.Port)
+	switch sp.Protocol {
+	case "", corev1.ProtocolTCP:
+	case corev1.ProtocolUDP:
+		serving, listenErr = c.udp.serving, c.udp.err
+		name = udpFrontendName(s.Namespace, s.Name, sp.Port)
+	default:
 		return portErrUnsupportedProtocol
 	}
-	name := frontendName(s.Namespace, s.Name, sp.Port)
-	if c.lb.serving(name) {
+	if serving(name) {
 		c.report(key(s), "listen "+name, "")
 		return ""
 	}
-	if err := c.lb.listenErr[name]; err != nil {
+	if err := listenErr(name); err != nil {
 		if c.report(key(s), "listen "+name, err.Error()) {
 			c.recorder.Eventf(s, corev1.EventTypeWarning, "ListenFailed", "Cannot listen on port %d: %v", sp.Port, err)
 		}

@@ -1,6 +1,7 @@
 // Command gatehouse-lb gives Services of type LoadBalancer an address on the local test
 // cluster (there is no cloud here) and forwards their TCP ports to the Services' ready
-// endpoints through one haproxy process in master-worker mode.
+// endpoints through one haproxy process in master-worker mode, and their UDP ports through
+// a forwarder of its own (udp.go: haproxy does not proxy UDP).
 //
 //   - Addresses come from --address-range (default 127.200.0.0/24: every 127/8 address is
 //     local on Linux, so haproxy binds them with no interface set-up and this host reaches
