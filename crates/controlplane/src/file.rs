@@ -4,10 +4,11 @@
 //! errors, each naming a file and a line. A file with any error contributes the objects of
 //! its last successful load instead of its new content ("last good"), so a broken edit
 //! loses nothing and fixing the file applies it. A deleted file contributes nothing.
+//! [`FileSource::load_changed`] re-reads only the files a watch saw change.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use gatehouse_translate::Input;
@@ -15,6 +16,7 @@ use gatehouse_translate::kinds::{Kind, KindVisitor, for_each_kind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_yaml::Value;
 
+use crate::Changes;
 use crate::locate::{self, Document, Seg, key};
 
 /// A problem in one file, at one line when it is known.
@@ -75,6 +77,11 @@ impl Loaded {
 pub struct FileSource {
     path: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
+    /// True once a directory walk succeeded: [`FileSource::load_changed`] may then re-read only
+    /// the files a watch names.
+    walked: bool,
+    /// Problems of the last walk (an unreadable subdirectory), reported on every load.
+    walk_errors: Vec<LoadError>,
 }
 
 #[derive(Debug)]
@@ -82,6 +89,8 @@ struct FileState {
     /// The text `parsed` was computed from; `None` until the first read.
     content: Option<String>,
     parsed: Parsed,
+    /// Why the file could not be read (not UTF-8, permissions), if it could not.
+    read_error: Option<String>,
     last_good: Option<Arc<Vec<Located>>>,
 }
 
@@ -145,6 +154,8 @@ impl FileSource {
         FileSource {
             path: path.into(),
             files: BTreeMap::new(),
+            walked: false,
+            walk_errors: Vec::new(),
         }
     }
 
@@ -164,66 +175,146 @@ impl FileSource {
     /// the path itself cannot be read (e.g. the directory was removed), every file's last
     /// good content is served and the error is returned.
     pub fn load(&mut self) -> Loaded {
-        let mut out = Loaded::default();
-        let paths = match discover(&self.path, &mut out.errors) {
-            Ok(paths) => paths,
-            Err(err) => {
-                out.errors.push(err);
-                let mut seen = HashMap::new();
-                for (path, state) in &self.files {
-                    if let Some(good) = &state.last_good {
-                        out.stale_files.push(path.clone());
-                        contribute(path, good, &mut seen, &mut out);
+        self.load_changed(&Changes::All)
+    }
+
+    /// Like [`FileSource::load`], but when `changes` names files (a [`crate::Watch`] saw only
+    /// files written, created, renamed or removed), only those are read again: the cost of a
+    /// change follows the change, not the size of the folder. Anything a file list cannot
+    /// describe (a directory, a path outside the walk) falls back to a full walk.
+    pub fn load_changed(&mut self, changes: &Changes) -> Loaded {
+        let refreshed = match changes {
+            Changes::Files(paths) if self.walked => self.refresh(paths),
+            _ => false,
+        };
+        if !refreshed {
+            let mut walk_errors = Vec::new();
+            match discover(&self.path, &mut walk_errors) {
+                Ok(paths) => {
+                    self.walked = self.path.is_dir();
+                    self.walk_errors = walk_errors;
+                    let present: HashSet<&PathBuf> = paths.iter().collect();
+                    self.files.retain(|p, _| present.contains(p));
+                    for path in &paths {
+                        self.read(path);
                     }
                 }
-                return out;
+                Err(err) => {
+                    self.walked = false;
+                    let mut out = Loaded::default();
+                    out.errors.push(err);
+                    let mut seen = HashMap::new();
+                    for (path, state) in &self.files {
+                        if let Some(good) = &state.last_good {
+                            out.stale_files.push(path.clone());
+                            contribute(path, good, &mut seen, &mut out);
+                        }
+                    }
+                    return out;
+                }
             }
-        };
+        }
+        self.assemble()
+    }
 
-        let present: HashSet<&PathBuf> = paths.iter().collect();
-        self.files.retain(|p, _| present.contains(p));
-
-        let mut seen: HashMap<Key, (PathBuf, usize)> = HashMap::new();
-        for path in &paths {
-            let content = match std::fs::read(path) {
-                Ok(bytes) => {
-                    String::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    // Deleted between the directory walk and the read.
-                    self.files.remove(path);
-                    continue;
-                }
-                Err(e) => Err(format!("cannot read the file: {e}")),
+    /// Re-reads the named files of a walked directory. False if a path is not one a walk would
+    /// read as a file (the caller then walks the whole directory).
+    fn refresh(&mut self, paths: &BTreeSet<PathBuf>) -> bool {
+        for path in paths {
+            let Ok(rel) = path.strip_prefix(&self.path) else {
+                return false;
             };
-            let state = self.files.entry(path.clone()).or_insert_with(|| FileState {
+            let names: Vec<_> = rel
+                .components()
+                .map(|c| match c {
+                    Component::Normal(n) => Some(n.to_string_lossy()),
+                    _ => None,
+                })
+                .collect();
+            let walkable = !names.is_empty()
+                && names.len() < MAX_DEPTH
+                && names
+                    .iter()
+                    .all(|n| n.as_deref().is_some_and(|n| !is_ignored_name(n)))
+                && names
+                    .last()
+                    .and_then(|n| n.as_deref())
+                    .is_some_and(is_manifest_name);
+            if !walkable {
+                return false;
+            }
+            match std::fs::metadata(path) {
+                Ok(meta) if meta.is_dir() => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Removed (or a dangling symlink, which a walk skips too).
+                    self.files.remove(path);
+                }
+                _ => self.read(path),
+            }
+        }
+        true
+    }
+
+    /// Reads one file into its state; parses it only if its text changed.
+    fn read(&mut self, path: &Path) {
+        let content = match std::fs::read(path) {
+            Ok(bytes) => {
+                String::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Deleted between the directory walk (or the event) and the read.
+                self.files.remove(path);
+                return;
+            }
+            Err(e) => Err(format!("cannot read the file: {e}")),
+        };
+        let state = self
+            .files
+            .entry(path.to_owned())
+            .or_insert_with(|| FileState {
                 content: None,
                 parsed: Parsed::default(),
+                read_error: None,
                 last_good: None,
             });
-
-            let mut errors = Vec::new();
-            match content {
-                Ok(content) => {
-                    if state.content.as_deref() != Some(content.as_str()) {
-                        state.parsed = parse_file(path, &content);
-                        for w in &state.parsed.warnings {
-                            tracing::warn!("{w}");
-                        }
-                        state.content = Some(content);
+        match content {
+            Ok(content) => {
+                state.read_error = None;
+                if state.content.as_deref() != Some(content.as_str()) {
+                    state.parsed = parse_file(path, &content);
+                    for w in &state.parsed.warnings {
+                        tracing::warn!("{w}");
                     }
+                    state.content = Some(content);
+                }
+            }
+            Err(message) => {
+                // Parse again once the file is readable.
+                state.content = None;
+                state.read_error = Some(message);
+            }
+        }
+    }
+
+    /// The snapshot of every file's state, in path order.
+    fn assemble(&mut self) -> Loaded {
+        let mut out = Loaded {
+            errors: self.walk_errors.clone(),
+            ..Loaded::default()
+        };
+        let mut seen: HashMap<Key, (PathBuf, usize)> = HashMap::new();
+        for (path, state) in &mut self.files {
+            let mut errors = Vec::new();
+            match &state.read_error {
+                None => {
                     errors.extend(state.parsed.errors.iter().cloned());
                     out.warnings.extend(state.parsed.warnings.iter().cloned());
                 }
-                Err(message) => {
-                    // Parse again once the file is readable.
-                    state.content = None;
-                    errors.push(LoadError {
-                        file: path.clone(),
-                        line: None,
-                        message,
-                    });
-                }
+                Some(message) => errors.push(LoadError {
+                    file: path.clone(),
+                    line: None,
+                    message: message.clone(),
+                }),
             }
 
             if errors.is_empty() {

@@ -18,4 +18,4 @@ pub use file::{FileSource, LoadError, Loaded};
 pub use reconcile::{Applied, Publisher, Reconciler, StatusSink};
 pub use source::{Source, SourceSnapshot, WatchedFiles};
 pub use state::{ControlState, Published};
-pub use watch::{Watch, watch};
+pub use watch::{Changes, Watch, watch};

@@ -72,7 +72,8 @@ impl Source for WatchedFiles {
     }
 
     fn snapshot(&mut self) -> SourceSnapshot {
-        let loaded = self.files.load();
+        let changes = self.watch.take_changes();
+        let loaded = self.files.load_changed(&changes);
         let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
         for (e, text) in loaded.errors.iter().zip(&errors) {
             if self.previous_errors.contains(text) {

@@ -13,14 +13,19 @@
 //! # }
 //! ```
 //!
+//! The watch also remembers which files changed ([`Watch::take_changes`]), so a folder of
+//! thousands of manifests is not re-read for an edit of one ([`crate::FileSource::load_changed`]).
+//!
 //! Bursts are coalesced without a timer: the channel holds at most one pending
 //! notification, so however many events arrive while the consumer is busy, it reloads once
 //! more afterwards. An editor's save (truncate, write, close; or write a temp file and
 //! rename it) may be seen half-way: that load reports an error and keeps the last good
 //! content, and the next notification of the same burst loads the finished file.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
@@ -34,6 +39,55 @@ use crate::file::{is_ignored_name, is_manifest_name};
 pub struct Watch {
     watcher: notify::RecommendedWatcher,
     rx: mpsc::Receiver<()>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// What changed since the last [`Watch::take_changes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Anything may have changed: walk and re-read everything. A directory event, a single
+    /// watched file, a missed event (the kernel queue overflowed) or a watch error.
+    All,
+    /// Only these manifest files were written, created, renamed or removed.
+    Files(BTreeSet<PathBuf>),
+}
+
+/// Changes collected by the watcher's thread until the loop takes them. Starts at "all": the
+/// first load walks the folder anyway.
+#[derive(Debug)]
+struct Pending {
+    all: bool,
+    files: BTreeSet<PathBuf>,
+}
+
+impl Pending {
+    /// Past this many files a walk is as cheap as the list, and the list stops growing.
+    const MAX_FILES: usize = 4096;
+
+    fn add(&mut self, change: Change) {
+        match change {
+            Change::None => {}
+            Change::All => {
+                self.all = true;
+                self.files.clear();
+            }
+            Change::Files(paths) if !self.all => {
+                self.files.extend(paths);
+                if self.files.len() > Self::MAX_FILES {
+                    self.all = true;
+                    self.files.clear();
+                }
+            }
+            Change::Files(_) => {}
+        }
+    }
+}
+
+/// How one event changes what the source must re-read.
+enum Change {
+    None,
+    All,
+    Files(Vec<PathBuf>),
 }
 
 impl Watch {
@@ -49,6 +103,19 @@ impl Watch {
     /// True (and consumed) if a change is pending.
     pub fn try_changed(&mut self) -> bool {
         self.rx.try_recv().is_ok()
+    }
+
+    /// What changed since the previous call (the first call says [`Changes::All`]). Call it
+    /// after [`Watch::changed`] and before reading: an event that arrives while reading is
+    /// then both in the next take and behind the next notification.
+    pub fn take_changes(&mut self) -> Changes {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let files = std::mem::take(&mut pending.files);
+        if std::mem::replace(&mut pending.all, false) {
+            Changes::All
+        } else {
+            Changes::Files(files)
+        }
     }
 
     /// The watcher (keep it alive) and the notification channel.
@@ -94,40 +161,92 @@ pub fn watch(path: &Path) -> anyhow::Result<Watch> {
     };
 
     let (tx, rx) = mpsc::channel(1);
+    let pending = Arc::new(Mutex::new(Pending {
+        all: true,
+        files: BTreeSet::new(),
+    }));
+    let collected = pending.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let notify = match &event {
-            Ok(event) => is_relevant(&target, event),
+        let change = match &event {
+            Ok(event) => classify(&target, event),
             Err(e) => {
                 tracing::warn!("file watch: {e}");
-                true
+                Change::All
             }
         };
-        if notify {
-            // Full means a reload is already pending: it will see this change too.
-            let _ = tx.try_send(());
+        if matches!(change, Change::None) {
+            return;
         }
+        collected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(change);
+        // Full means a reload is already pending: it will see this change too.
+        let _ = tx.try_send(());
     })
     .context("cannot start the file watcher")?;
     watcher
         .watch(&watched, mode)
         .with_context(|| format!("cannot watch {}", watched.display()))?;
-    Ok(Watch { watcher, rx })
+    Ok(Watch {
+        watcher,
+        rx,
+        pending,
+    })
 }
 
+#[cfg(test)]
 fn is_relevant(target: &Target, event: &notify::Event) -> bool {
+    !matches!(classify(target, event), Change::None)
+}
+
+/// Irrelevant events (reads, files a walk skips) change nothing; events on manifest files of
+/// a directory name those files; anything else (the watched file itself, a directory, a
+/// ConfigMap volume swap, a missed event) means everything.
+fn classify(target: &Target, event: &notify::Event) -> Change {
     match event.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
-        EventKind::Access(_) => return false,
-        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return false,
+        EventKind::Access(_) => return Change::None,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return Change::None,
         _ => {}
     }
     if event.need_rescan() || event.paths.is_empty() {
-        return true;
+        return Change::All;
     }
-    event.paths.iter().any(|p| match target {
-        Target::File(name) => p.file_name() == Some(name.as_os_str()),
-        Target::Dir(root) => is_relevant_in_dir(root, p),
-    })
+    match target {
+        Target::File(name) => {
+            if event
+                .paths
+                .iter()
+                .any(|p| p.file_name() == Some(name.as_os_str()))
+            {
+                Change::All
+            } else {
+                Change::None
+            }
+        }
+        Target::Dir(root) => {
+            let relevant: Vec<PathBuf> = event
+                .paths
+                .iter()
+                .filter(|p| is_relevant_in_dir(root, p))
+                .cloned()
+                .collect();
+            if relevant.is_empty() {
+                Change::None
+            } else if relevant.iter().all(|p| is_manifest_path(p)) {
+                Change::Files(relevant)
+            } else {
+                Change::All
+            }
+        }
+    }
+}
+
+/// A path whose name a walk reads as a manifest (the caller checked it is relevant).
+fn is_manifest_path(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| is_manifest_name(&n.to_string_lossy()))
 }
 
 fn is_relevant_in_dir(root: &Path, path: &Path) -> bool {

@@ -10,7 +10,9 @@ use crate::hostname;
 use crate::objects::ObjectKey;
 use gatehouse_ir as ir;
 use k8s_openapi::jiff::Timestamp;
-use std::cmp::Reverse;
+use std::borrow::Cow;
+use std::cmp::{Ordering, Reverse};
+use std::collections::HashMap;
 
 /// One (hostname, match) pair of an attached rule.
 pub struct Candidate {
@@ -54,37 +56,93 @@ fn match_key(c: &Candidate) -> MatchKey {
 
 /// Build the listener's virtual hosts. Each host's list ends with the entries of the less
 /// specific hosts that also cover it, so the data plane never falls through between hosts.
+///
+/// Linear in the candidates (after the sort) and in the hosts times their labels: a host's
+/// covering hosts are looked up by name (itself, the wildcards of its suffixes, `*`) instead of
+/// testing every other host, which made a listener with thousands of hostnames quadratic.
 pub fn virtual_hosts(mut candidates: Vec<Candidate>) -> Vec<ir::VirtualHost> {
     candidates.sort_by_cached_key(match_key);
-    let mut hosts: Vec<String> = candidates.iter().map(|c| c.hostname.clone()).collect();
-    hosts.sort_by(|a, b| {
-        hostname::specificity(a)
-            .cmp(&hostname::specificity(b))
-            .then(a.cmp(b))
-    });
-    hosts.dedup();
+    // Each hostname's candidates, in precedence order (the sort above is stable per host).
+    let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        by_host.entry(c.hostname.as_str()).or_default().push(i);
+    }
+    let mut hosts: Vec<&str> = by_host.keys().copied().collect();
+    hosts.sort_by(|a, b| by_specificity(a, b));
     hosts
         .iter()
         .map(|host| {
-            let mut routes = Vec::new();
-            for general in hosts
+            let mut general: Vec<&str> = covering(host)
+                .filter_map(|g| by_host.get_key_value(g.as_ref()).map(|(k, _)| *k))
+                .collect();
+            general.sort_by(|a, b| by_specificity(a, b));
+            let routes = general
                 .iter()
-                .filter(|g| *g == host || hostname::covers(g, host))
-            {
-                routes.extend(
-                    candidates
-                        .iter()
-                        .filter(|c| &c.hostname == general)
-                        .map(|c| ir::RouteEntry {
-                            matcher: c.matcher.clone(),
-                            rule: c.rule,
-                        }),
-                );
-            }
+                .flat_map(|g| &by_host[g])
+                .map(|&i| ir::RouteEntry {
+                    matcher: candidates[i].matcher.clone(),
+                    rule: candidates[i].rule,
+                })
+                .collect();
             ir::VirtualHost {
-                hostname: host.clone(),
+                hostname: (*host).to_owned(),
                 routes,
             }
         })
         .collect()
+}
+
+/// Most specific first, then by name: the order hosts are listed and fall through in.
+fn by_specificity(a: &str, b: &str) -> Ordering {
+    hostname::specificity(a)
+        .cmp(&hostname::specificity(b))
+        .then(a.cmp(b))
+}
+
+/// Every hostname that [`hostname::covers`] `host`: the host itself, the wildcard of each of its
+/// proper label suffixes, and `*`.
+fn covering(host: &str) -> impl Iterator<Item = Cow<'_, str>> {
+    let rest = host.strip_prefix("*.").unwrap_or(host);
+    let suffixes = rest
+        .match_indices('.')
+        .map(move |(dot, _)| Cow::Owned(format!("*{}", &rest[dot..])));
+    std::iter::once(Cow::Borrowed(host))
+        .chain(suffixes)
+        .chain((host != "*").then_some(Cow::Borrowed("*")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lookup finds exactly the hosts the definition of covering accepts.
+    #[test]
+    fn covering_agrees_with_covers() {
+        let hosts = [
+            "*",
+            "a.b.example.com",
+            "b.example.com",
+            "example.com",
+            "*.example.com",
+            "*.b.example.com",
+            "*.com",
+            "*.a.b.example.com",
+            "other.org",
+            "*.org",
+        ];
+        for specific in hosts {
+            let mut found: Vec<String> = covering(specific)
+                .map(|c| c.into_owned())
+                .filter(|c| hosts.contains(&c.as_str()))
+                .collect();
+            found.sort();
+            let mut expected: Vec<String> = hosts
+                .iter()
+                .filter(|g| **g == specific || hostname::covers(g, specific))
+                .map(|g| g.to_string())
+                .collect();
+            expected.sort();
+            assert_eq!(found, expected, "hosts covering {specific}");
+        }
+    }
 }
