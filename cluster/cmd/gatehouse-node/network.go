@@ -33,6 +33,7 @@ type podNetwork struct {
 
 	mu   sync.Mutex
 	used map[uint32]bool
+	next uint32 // where allocate looks first: after the last address it gave out
 }
 
 func newPodNetwork(bridge, cidr, netnsPrefix string) (*podNetwork, error) {
@@ -95,14 +96,23 @@ func addIP(base net.IP, off uint32) net.IP {
 	return out
 }
 
-// allocate returns a free pod address (never the network, node or broadcast address).
+// allocate returns a free pod address (never the network, node or broadcast address). It
+// goes round the range, as CNI's host-local IPAM does, rather than taking the lowest free
+// address: a Pod's address is then not handed to the next Pod right after its owner is
+// deleted, while peers may still hold a neighbour entry with the old Pod's MAC (see attach).
 func (n *podNetwork) allocate() (net.IP, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	size := uint32(1) << (32 - n.prefix)
-	for off := uint32(2); off < size-1; off++ {
+	hosts := size - 3 // offsets 2 .. size-2
+	if n.next < 2 || n.next > size-2 {
+		n.next = 2
+	}
+	for i := uint32(0); i < hosts; i++ {
+		off := 2 + (n.next-2+i)%hosts
 		if !n.used[off] {
 			n.used[off] = true
+			n.next = off + 1
 			return addIP(n.cidr.IP, off), nil
 		}
 	}
@@ -142,6 +152,12 @@ func (n *podNetwork) attach(uid string, addr net.IP) (string, error) {
 			return "", err
 		}
 	}
+	// The node may still hold a neighbour entry for this address with the MAC of an earlier
+	// Pod's eth0. The kernel trusts a REACHABLE entry for up to ~45 s without asking again, and
+	// only TCP confirms reachability; UDP datagrams to the new Pod went to the old MAC and were
+	// lost for that long (the conformance suite's UDPRoute tests, whose backends come and go).
+	// Forget it, so the first packet resolves the address anew.
+	_ = ip("neigh", "del", addr.String(), "dev", n.bridge)
 	return netns, nil
 }
 

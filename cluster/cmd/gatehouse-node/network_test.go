@@ -68,3 +68,32 @@ func TestBridgeMACIsLocalUnicastAndPerBridge(t *testing.T) {
 		t.Fatal("two bridges got the same address")
 	}
 }
+
+// Addresses go round the range: a released address is not the next one handed out.
+func TestAllocateGoesRoundTheRange(t *testing.T) {
+	_, ipnet, _ := net.ParseCIDR("10.252.0.0/29") // offsets 2..6 are Pod addresses
+	n := &podNetwork{cidr: ipnet, prefix: 29, used: map[uint32]bool{}}
+	take := func() string {
+		t.Helper()
+		a, err := n.allocate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.String()
+	}
+	if a, b := take(), take(); a != "10.252.0.2" || b != "10.252.0.3" {
+		t.Fatalf("first addresses %s, %s", a, b)
+	}
+	n.release(net.ParseIP("10.252.0.2"))
+	if got := take(); got != "10.252.0.4" {
+		t.Fatalf("after releasing .2, got %s, want .4 (not the address just released)", got)
+	}
+	take() // .5
+	take() // .6
+	if got := take(); got != "10.252.0.2" {
+		t.Fatalf("wrapped to %s, want the one free address .2", got)
+	}
+	if _, err := n.allocate(); err == nil {
+		t.Fatal("a full range gave out an address")
+	}
+}

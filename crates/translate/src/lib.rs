@@ -78,9 +78,11 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
+    "TCPRoute",
     "TLSRoute",
     "TLSRouteModeMixed",
     "TLSRouteModeTerminate",
+    "UDPRoute",
 ];
 
 /// Gateway API's name for `spec.infrastructure` support (labels and annotations on the

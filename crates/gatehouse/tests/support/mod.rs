@@ -40,6 +40,21 @@ pub struct Gateway {
 impl Gateway {
     /// Write `files` into a fresh directory and start a gateway on it.
     pub async fn start(files: &[(&str, String)]) -> Gateway {
+        Self::start_with(files, |_| {}).await
+    }
+
+    /// As [`Gateway::start`], with data-plane options changed by `tune` (timeouts, limits).
+    pub async fn start_with(
+        files: &[(&str, String)],
+        tune: impl FnOnce(&mut gatehouse_dataplane::Options),
+    ) -> Gateway {
+        // As the binary serves: connections on two worker threads of their own.
+        let mut dataplane = gatehouse_dataplane::Options {
+            workers: 2,
+            dedicated_workers: true,
+            ..Default::default()
+        };
+        tune(&mut dataplane);
         let dir = tempfile::tempdir().unwrap();
         for (name, content) in files {
             std::fs::write(dir.path().join(name), content).unwrap();
@@ -50,12 +65,7 @@ impl Gateway {
             default_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(5),
-            // As the binary serves: connections on two worker threads of their own.
-            dataplane: gatehouse_dataplane::Options {
-                workers: 2,
-                dedicated_workers: true,
-                ..Default::default()
-            },
+            dataplane,
         })
         .await
         .expect("gateway starts");
