@@ -16,6 +16,7 @@
 //! |---|---|
 //! | a match that cannot compile | that match never matches |
 //! | a filter that cannot compile | its rule answers 500 |
+//! | a mirror naming an unknown cluster | that mirror is left out |
 //! | a backend naming an unknown cluster | its share of the rule answers 500 |
 //! | a cluster whose backend TLS cannot be set up | requests to it answer 502 |
 //! | a listener whose certificates or TLS settings do not load | handshakes for its names are refused |
@@ -29,7 +30,8 @@ use crate::filters::Filter;
 use crate::l4::L4Route;
 use crate::matchers::RequestMatcher;
 use crate::metrics::L4Metrics;
-use crate::metrics::RouteMetrics;
+use crate::metrics::{MirrorMetrics, RouteMetrics};
+use crate::mirror::{self, MirrorSpec};
 use crate::router::{HostTable, RouteTable};
 use crate::table::{
     Backend, ClusterState, CompiledListener, CompiledRoute, CompiledRule, CompiledTlsRoute,
@@ -482,7 +484,7 @@ impl Compiler<'_> {
         for b in &rule.backends {
             let backend = Backend {
                 target: self.target(&route, &b.target, clusters),
-                filters: self.filters(&route, &b.filters),
+                filters: self.filters(&route, &b.filters, clusters),
             };
             backends.push((b.weight, backend));
         }
@@ -498,26 +500,56 @@ impl Compiler<'_> {
                 .min()
                 .map(Duration::from_millis)
         };
+        let filters = self.filters(&route, &rule.filters, clusters);
+        let mirrored =
+            mirror::any(&filters) || backends.iter().any(|(_, b)| mirror::any(&b.filters));
         CompiledRule {
-            filters: self.filters(&route, &rule.filters),
+            filters,
+            mirrored,
             metrics: RouteMetrics::new(self.metrics, gateway, route, 200),
             backends: Weighted::new(backends),
             timeout,
         }
     }
 
-    fn filters(&mut self, route: &str, filters: &[ir::HttpFilter]) -> Box<[Filter]> {
+    fn filters(
+        &mut self,
+        route: &str,
+        filters: &[ir::HttpFilter],
+        clusters: &Clusters,
+    ) -> Box<[Filter]> {
         filters
             .iter()
-            .map(|f| {
-                Filter::try_from(f).unwrap_or_else(|error| {
+            .filter_map(|f| {
+                if let ir::HttpFilter::Mirror(m) = f {
+                    return self.mirror(route, m, clusters);
+                }
+                Some(Filter::try_from(f).unwrap_or_else(|error| {
                     self.contain(
                         format!("route {route}"),
                         format_args!("a filter cannot be compiled ({error}); its rule answers 500"),
                     );
                     Filter::Invalid
-                })
+                }))
             })
             .collect()
+    }
+
+    /// A mirror to a cluster the configuration does not have is left out: the real request
+    /// must not suffer for its mirror.
+    fn mirror(&mut self, route: &str, m: &ir::Mirror, clusters: &Clusters) -> Option<Filter> {
+        let Some(cluster) = clusters.get(m.cluster.as_str()) else {
+            self.contain(
+                format!("route {route}"),
+                format_args!("mirror to unknown cluster {}; not mirrored", m.cluster),
+            );
+            return None;
+        };
+        Some(Filter::Mirror(Box::new(MirrorSpec {
+            metrics: MirrorMetrics::new(self.metrics, &cluster.name),
+            cluster: cluster.clone(),
+            numerator: m.numerator,
+            denominator: m.denominator.max(1),
+        })))
     }
 }

@@ -1,7 +1,9 @@
 //! Rule and backend filters: header modifiers, redirects and URL rewrites, each beside its
-//! conversion from the IR.
+//! conversion from the IR; CORS and mirrors in modules of their own (`cors`, `mirror`).
 
+use crate::cors::{CorsError, CorsPolicy};
 use crate::headers::HeaderEdit;
+use crate::mirror::MirrorSpec;
 use gatehouse_ir as ir;
 use http::header::{InvalidHeaderName, InvalidHeaderValue};
 use http::{HeaderName, HeaderValue, StatusCode};
@@ -30,6 +32,11 @@ pub(crate) enum FilterError {
         hostname: String,
         source: InvalidHeaderValue,
     },
+    #[error("CORS: {0}")]
+    Cors(#[from] CorsError),
+    /// A mirror needs the cluster it reaches: `compile` builds it, not this conversion.
+    #[error("a mirror is compiled with the clusters of its configuration")]
+    MirrorNeedsClusters,
 }
 
 impl TryFrom<&ir::HttpFilter> for Filter {
@@ -41,6 +48,8 @@ impl TryFrom<&ir::HttpFilter> for Filter {
             ir::HttpFilter::ResponseHeaders(m) => Filter::ResponseHeaders(m.try_into()?),
             ir::HttpFilter::Redirect(r) => Filter::Redirect(r.try_into()?),
             ir::HttpFilter::UrlRewrite(r) => Filter::UrlRewrite(r.try_into()?),
+            ir::HttpFilter::Cors(c) => Filter::Cors(Box::new(c.try_into()?)),
+            ir::HttpFilter::Mirror(_) => return Err(FilterError::MirrorNeedsClusters),
         })
     }
 }
@@ -51,6 +60,8 @@ pub(crate) enum Filter {
     ResponseHeaders(HeaderMods),
     Redirect(RedirectSpec),
     UrlRewrite(RewriteSpec),
+    Cors(Box<CorsPolicy>),
+    Mirror(Box<MirrorSpec>),
     /// A filter the IR holds but that could not be compiled; its rule answers 500 rather than
     /// silently skipping it.
     Invalid,

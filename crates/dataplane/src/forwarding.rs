@@ -3,10 +3,11 @@
 //! filters, backend choice, backend filters, endpoint choice, and the answers Gatehouse gives
 //! itself when one of them decides the request goes nowhere.
 
+use crate::cors::{CorsFields, CorsOutcome};
 use crate::filters::Filter;
-use crate::headers::HeaderEdit;
+use crate::headers::{HeaderEdit, RequestHeaders};
 use crate::table::{Backend, ClusterState, CompiledRule, Endpoint, Target};
-use http::{HeaderValue, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 
 /// A response Gatehouse makes itself.
 #[derive(Debug)]
@@ -15,13 +16,27 @@ pub(crate) enum Answer {
     Text(StatusCode, &'static str),
     /// `RequestRedirect`: status and `Location`, no body.
     Redirect(StatusCode, HeaderValue),
+    /// A CORS preflight: `200 OK`, these fields, no body. (Not 204: Gatehouse's HTTP/1
+    /// answers always carry a Content-Length, which a 204 may not.)
+    Preflight(CorsFields),
 }
 
-/// What `URLRewrite` filters decided, applied when the upstream request is written.
+impl Answer {
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Answer::Text(status, _) | Answer::Redirect(status, _) => *status,
+            Answer::Preflight(_) => StatusCode::OK,
+        }
+    }
+}
+
+/// What `URLRewrite` filters decided, applied when the upstream request is written; and the
+/// CORS fields the response gets.
 #[derive(Debug, Default)]
 pub(crate) struct Rewrite {
     pub host: Option<HeaderValue>,
     pub path: Option<String>,
+    pub cors: Option<CorsFields>,
 }
 
 /// Where a request goes, or what it is answered.
@@ -42,6 +57,7 @@ pub(crate) enum Decision<'t> {
 
 /// The request parts the filters read. `path` is the request path before any rewrite.
 pub(crate) struct RequestParts<'r> {
+    pub method: &'r Method,
     pub host: &'r str,
     pub path: &'r str,
     pub query: Option<&'r str>,
@@ -50,7 +66,7 @@ pub(crate) struct RequestParts<'r> {
 }
 
 /// Runs the rule's filters, picks a backend and runs its filters, picks an endpoint.
-pub(crate) fn decide<'t, H: HeaderEdit + ?Sized>(
+pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
     rule: &'t CompiledRule,
     req: &RequestParts<'_>,
     headers: &mut H,
@@ -116,7 +132,7 @@ fn text<'t>(status: StatusCode, body: &'static str, backend_filters: &'t [Filter
 }
 
 /// Runs request-side filters; `Some` when one of them answers (redirect, broken filter).
-fn request_filters<H: HeaderEdit + ?Sized>(
+fn request_filters<H: HeaderEdit + RequestHeaders + ?Sized>(
     filters: &[Filter],
     req: &RequestParts<'_>,
     headers: &mut H,
@@ -146,6 +162,13 @@ fn request_filters<H: HeaderEdit + ?Sized>(
                     rewrite.path = Some(modifier.apply(current, req.matched_prefix).into_owned());
                 }
             }
+            Filter::Cors(policy) => match policy.evaluate(req.method, headers) {
+                CorsOutcome::Pass => {}
+                CorsOutcome::Preflight(fields) => return Some(Answer::Preflight(fields)),
+                CorsOutcome::Actual(fields) => rewrite.cors = Some(fields),
+            },
+            // Mirrors start once the request is ready to leave (`mirror::start`).
+            Filter::Mirror(_) => {}
             Filter::Invalid => {
                 return Some(Answer::Text(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -157,24 +180,35 @@ fn request_filters<H: HeaderEdit + ?Sized>(
     None
 }
 
-/// Applies the `ResponseHeaderModifier` filters of the rule, then of the backend.
-pub(crate) fn response_filters<H: HeaderEdit + ?Sized>(
-    rule_filters: &[Filter],
-    backend_filters: &[Filter],
-    headers: &mut H,
-) {
-    for filter in rule_filters.iter().chain(backend_filters) {
-        if let Filter::ResponseHeaders(mods) = filter {
-            mods.apply(headers);
-        }
-    }
+/// What runs on a response head: the CORS fields of an allowed cross-origin request, then the
+/// `ResponseHeaderModifier` filters of the rule and of the backend (which have the last word).
+#[derive(Clone, Copy)]
+pub(crate) struct ResponseEdits<'a> {
+    pub rule_filters: &'a [Filter],
+    pub backend_filters: &'a [Filter],
+    pub cors: Option<&'a CorsFields>,
 }
 
-/// Whether any response filter would run (most rules have none; the HTTP/1 path then skips
-/// building an editable copy of the response head).
-pub(crate) fn has_response_filters(rule_filters: &[Filter], backend_filters: &[Filter]) -> bool {
-    rule_filters
-        .iter()
-        .chain(backend_filters)
-        .any(|f| matches!(f, Filter::ResponseHeaders(_)))
+impl ResponseEdits<'_> {
+    pub(crate) fn apply<H: HeaderEdit + ?Sized>(&self, headers: &mut H) {
+        if let Some(cors) = self.cors {
+            cors.apply(headers);
+        }
+        for filter in self.rule_filters.iter().chain(self.backend_filters) {
+            if let Filter::ResponseHeaders(mods) = filter {
+                mods.apply(headers);
+            }
+        }
+    }
+
+    /// Whether anything would run (most rules have nothing; the HTTP/1 path then skips
+    /// building an editable copy of the response head).
+    pub(crate) fn any(&self) -> bool {
+        self.cors.is_some()
+            || self
+                .rule_filters
+                .iter()
+                .chain(self.backend_filters)
+                .any(|f| matches!(f, Filter::ResponseHeaders(_)))
+    }
 }

@@ -215,6 +215,13 @@ pub fn compiles(config: &ir::Config) {
             for rule in &listener.rules {
                 let backend_filters = rule.backends.iter().flat_map(|b| &b.filters);
                 for filter in rule.filters.iter().chain(backend_filters) {
+                    if let ir::HttpFilter::Mirror(m) = filter {
+                        assert!(
+                            config.clusters.iter().any(|c| c.name == m.cluster),
+                            "translate emitted a mirror to a cluster it left out: {m:?}"
+                        );
+                        continue;
+                    }
                     if let Err(e) = crate::filters::Filter::try_from(filter) {
                         panic!(
                             "translate emitted a filter the data plane refuses: {e}: {filter:?}"

@@ -4,11 +4,11 @@
 //! use the HTTP/1 path's pooled connections (`h1::client`).
 
 use crate::conn::ConnContext;
-use crate::filters::Filter;
-use crate::forwarding::{self, Answer, Decision, RequestParts, Rewrite};
+use crate::forwarding::{self, Answer, Decision, RequestParts, ResponseEdits, Rewrite};
 use crate::h1;
 use crate::limits::{IdleBody, Limits, Stall, StreamGuard, TimeoutKind};
 use crate::matchers::{LazyQuery, RequestView};
+use crate::mirror::{self, Taps};
 use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::upstream::{self, BoxError, UpstreamError};
@@ -301,16 +301,17 @@ fn answer(answer: Answer) -> Response<ResponseBody> {
             resp.headers_mut().insert(LOCATION, location);
             resp
         }
+        Answer::Preflight(fields) => {
+            let mut resp = Response::new(ResponseBody::Static(None));
+            fields.apply(resp.headers_mut());
+            resp
+        }
     }
 }
 
-/// Applies the rule's and the backend's response header filters.
-fn respond(
-    mut resp: Response<ResponseBody>,
-    rule_filters: &[Filter],
-    backend_filters: &[Filter],
-) -> Response<ResponseBody> {
-    forwarding::response_filters(rule_filters, backend_filters, resp.headers_mut());
+/// Applies the CORS fields and the rule's and the backend's response header filters.
+fn respond(mut resp: Response<ResponseBody>, edits: ResponseEdits<'_>) -> Response<ResponseBody> {
+    edits.apply(resp.headers_mut());
     resp
 }
 
@@ -329,6 +330,7 @@ async fn forward(
     let decision = forwarding::decide(
         rule,
         &RequestParts {
+            method: &parts.method,
             host,
             path: parts.uri.path(),
             query: parts.uri.query(),
@@ -336,20 +338,35 @@ async fn forward(
         },
         &mut parts.headers,
     );
-    let (cluster, endpoint, backend_filters, rewrite) = match decision {
+    let (cluster, endpoint, backend_filters, rewrite, cors) = match decision {
         Decision::Answer {
             answer: a,
             backend_filters,
-        } => return respond(answer(a), &rule.filters, backend_filters),
+        } => {
+            let edits = ResponseEdits {
+                rule_filters: &rule.filters,
+                backend_filters,
+                cors: None,
+            };
+            return respond(answer(a), edits);
+        }
         Decision::Forward {
             cluster,
             endpoint,
             backend_filters,
-            rewrite,
-        } => (cluster, endpoint, backend_filters, rewrite),
+            mut rewrite,
+        } => {
+            let cors = rewrite.cors.take();
+            (cluster, endpoint, backend_filters, rewrite, cors)
+        }
+    };
+    let edits = ResponseEdits {
+        rule_filters: &rule.filters,
+        backend_filters,
+        cors: cors.as_ref(),
     };
     let mut req = Request::from_parts(parts, body);
-    let fail = |status, text| respond(generated(status, text), &rule.filters, backend_filters);
+    let fail = |status, text| respond(generated(status, text), edits);
 
     // HTTP/2 has no Upgrade; towards h2c the request goes out as a plain request.
     let upgrade = match endpoint.h2 {
@@ -360,6 +377,14 @@ async fn forward(
         return fail(StatusCode::INTERNAL_SERVER_ERROR, text);
     }
     let downstream_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+    // Mirrors get a copy of the request as it leaves for its backend (not of upgrades: a
+    // tunnel cannot be copied).
+    let taps = if rule.mirrored && downstream_upgrade.is_none() {
+        let filters = rule.filters.iter().chain(backend_filters);
+        mirror::start(&conn.socket.shared, filters, &req, rule.timeout)
+    } else {
+        Taps::default()
+    };
 
     // Bodiless requests to HTTP/1 backends go over the HTTP/1 path's pooled connections, in
     // this task; the rest (request bodies, upgrades, h2c) over hyper's clients.
@@ -376,11 +401,7 @@ async fn forward(
         return match result {
             Ok(mut resp) => {
                 upstream::strip_hop_by_hop(resp.headers_mut());
-                respond(
-                    resp.map(ResponseBody::Pooled),
-                    &rule.filters,
-                    backend_filters,
-                )
+                respond(resp.map(ResponseBody::Pooled), edits)
             }
             Err(error) => {
                 upstream_failed(cluster, endpoint, error, &conn.socket.shared.metrics, fail)
@@ -389,8 +410,9 @@ async fn forward(
     }
 
     let shared = &conn.socket.shared;
-    let req =
-        req.map(|body| IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()));
+    let req = req.map(|body| {
+        IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()).tapped(taps)
+    });
     let sent = shared.upstreams.send(endpoint, req);
     let result = match rule.timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
@@ -416,11 +438,7 @@ async fn forward(
 
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
     strip_and_maybe_upgrade(conn, &mut resp, downstream_upgrade, upstream_upgrade);
-    respond(
-        resp.map(ResponseBody::Upstream),
-        &rule.filters,
-        backend_filters,
-    )
+    respond(resp.map(ResponseBody::Upstream), edits)
 }
 
 /// The 502 for a request the backend did not answer.

@@ -8,6 +8,7 @@
 //! Module map: `table` (the compiled runtime tables), `compile` (IR -> tables, and the
 //! contain-versus-reject policy), `matchers` (path, header, query and method matchers, each with
 //! its conversion from the IR), `filters` (header modifiers, redirects, rewrites, likewise),
+//! `cors` (the CORS filter), `mirror` (RequestMirror: copies of requests on tasks of their own),
 //! `router` (host and rule selection), `conn` (a connection's context and the routing prologue
 //! both request paths share), `forwarding` (filters, backend and endpoint choice), `h1` (the
 //! HTTP/1.1 path and backend pools), `hyper_path` (HTTP/2 and what the HTTP/1 path hands over),
@@ -21,6 +22,7 @@ mod balancer;
 mod compile;
 mod conn;
 mod connect;
+mod cors;
 mod filters;
 mod forwarding;
 #[cfg(feature = "fuzzing")]
@@ -34,6 +36,7 @@ mod limits;
 mod listeners;
 mod matchers;
 mod metrics;
+mod mirror;
 pub mod path;
 mod router;
 mod stream;
@@ -263,6 +266,8 @@ pub(crate) struct Shared {
     /// The runtimes connections are served on; `None`: the caller's.
     pub workers: Option<workers::Workers>,
     pub udp: l4::udp::Settings,
+    /// Mirror requests running now (`mirror::MAX_IN_FLIGHT` bounds it).
+    pub mirrors_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// The running data plane. Cheap to share; all methods take `&self`.
@@ -399,6 +404,7 @@ impl DataPlane {
                 idle_timeout: options.udp_idle_timeout,
                 max_sessions: options.udp_max_sessions.max(1),
             },
+            mirrors_in_flight: std::sync::atomic::AtomicUsize::new(0),
             workers: if options.dedicated_workers {
                 workers::Workers::start(options.workers)
                     .inspect_err(|error| {

@@ -19,6 +19,7 @@
 //! deadline when it fires), so a busy connection does not pay a timer operation per read.
 
 use crate::Metrics;
+use crate::mirror::{MirrorBody, Taps};
 use prometheus_client::metrics::counter::Counter;
 use std::future::Future;
 use std::io;
@@ -162,12 +163,21 @@ impl<'a> Watch<'a> {
 
 /// A request body on its way to a backend through hyper's clients: a client that stops
 /// sending it for `request_body_timeout` makes it fail (the backend request is aborted)
-/// instead of holding the stream and the backend connection.
+/// instead of holding the stream and the backend connection. A mirrored request's body also
+/// feeds the copies of its mirrors ([`Taps`]) as it is read; a mirror's own request body is a
+/// [`MirrorBody`] (its pace is the real body's, so it has no stall limit of its own).
 pub(crate) struct IdleBody {
-    inner: hyper::body::Incoming,
+    inner: Source,
     stall: Stall,
     limit: Duration,
     metrics: Arc<Metrics>,
+    /// Mirrored requests only.
+    taps: Option<Box<Taps>>,
+}
+
+enum Source {
+    Client(hyper::body::Incoming),
+    Mirror(MirrorBody),
 }
 
 impl IdleBody {
@@ -177,11 +187,31 @@ impl IdleBody {
         metrics: Arc<Metrics>,
     ) -> Self {
         IdleBody {
-            inner,
+            inner: Source::Client(inner),
             stall: Stall::new(limit),
             limit,
             metrics,
+            taps: None,
         }
+    }
+
+    /// The body of a mirror's request.
+    pub(crate) fn mirror(body: MirrorBody, limit: Duration, metrics: Arc<Metrics>) -> Self {
+        IdleBody {
+            inner: Source::Mirror(body),
+            stall: Stall::new(limit),
+            limit,
+            metrics,
+            taps: None,
+        }
+    }
+
+    /// Copies the body to these mirrors as it is read.
+    pub(crate) fn tapped(mut self, taps: Taps) -> Self {
+        if !taps.is_empty() {
+            self.taps = Some(Box::new(taps));
+        }
+        self
     }
 }
 
@@ -194,25 +224,52 @@ impl http_body::Body for IdleBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let inner = match &mut this.inner {
+            Source::Client(body) => body,
+            Source::Mirror(body) => return Pin::new(body).poll_frame(cx),
+        };
+        match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.stall.touch(this.limit);
+                if let Some(taps) = this.taps.as_deref_mut() {
+                    match &frame {
+                        Some(Ok(f)) => {
+                            if let Some(data) = f.data_ref() {
+                                taps.data(data);
+                            }
+                            if inner.is_end_stream() {
+                                taps.end();
+                            }
+                        }
+                        None => taps.end(),
+                        // Dropping the taps fails the copies: a mirror never gets a body cut
+                        // short as if it were whole.
+                        Some(Err(_)) => this.taps = None,
+                    }
+                }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
                 ready!(this.stall.poll_expired(cx));
                 this.metrics.timeout(TimeoutKind::RequestBody);
+                this.taps = None;
                 Poll::Ready(Some(Err(TimeoutKind::RequestBody.error().into())))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Source::Client(body) => body.is_end_stream(),
+            Source::Mirror(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Source::Client(body) => body.size_hint(),
+            Source::Mirror(body) => body.size_hint(),
+        }
     }
 }
 

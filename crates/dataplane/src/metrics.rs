@@ -206,6 +206,42 @@ pub struct Metrics {
     pub(crate) udp_datagrams: Family<DirectionLabels, Counter>,
     pub(crate) udp_bytes: Family<DirectionLabels, Counter>,
     pub(crate) l4_errors: Family<L4ErrorLabels, Counter>,
+    pub(crate) mirror_requests: Family<MirrorLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct MirrorLabels {
+    cluster: Arc<str>,
+    result: &'static str,
+}
+
+/// What became of the mirror copies of requests, for one mirror cluster, resolved at compile
+/// time (`gatehouse_mirror_requests_total{cluster, result}`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MirrorMetrics {
+    /// The mirror backend answered (its response was discarded).
+    pub ok: Counter,
+    /// No endpoint, connect or request failure, or timeout.
+    pub error: Counter,
+    /// Not sent, or abandoned, because the mirror could not keep up (too many mirror requests
+    /// in flight, or the copy of the body fell too far behind).
+    pub dropped: Counter,
+}
+
+impl MirrorMetrics {
+    pub(crate) fn new(metrics: &Metrics, cluster: &Arc<str>) -> Self {
+        let counter = |result| {
+            metrics.mirror_requests.get_or_create_owned(&MirrorLabels {
+                cluster: cluster.clone(),
+                result,
+            })
+        };
+        MirrorMetrics {
+            ok: counter("ok"),
+            error: counter("error"),
+            dropped: counter("dropped"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -267,6 +303,7 @@ impl Metrics {
             udp_datagrams: Family::default(),
             udp_bytes: Family::default(),
             l4_errors: Family::default(),
+            mirror_requests: Family::default(),
         };
         for protocol in ["tcp", "udp"] {
             for reason in L4Error::ALL {
@@ -334,6 +371,11 @@ impl Metrics {
                 reason: reason.as_str(),
             });
         }
+        registry.register(
+            "gatehouse_mirror_requests",
+            "Mirror copies of requests (RequestMirror), by mirror cluster and result: ok (answered, response discarded), error, dropped (the mirror could not keep up)",
+            metrics.mirror_requests.clone(),
+        );
         registry.register(
             "gatehouse_timeouts",
             "Connections and exchanges cut short by a limit, by kind (header_read, http2_idle, request_body, backend_read, client_write, tunnel_idle)",

@@ -119,6 +119,9 @@ pub(crate) struct CompiledRoute {
 pub(crate) struct CompiledRule {
     pub metrics: RouteMetrics,
     pub filters: Box<[Filter]>,
+    /// A `RequestMirror` filter is among the rule's or its backends' filters: its requests are
+    /// served on the hyper path (see `mirror`).
+    pub mirrored: bool,
     pub backends: Weighted<Backend>,
     /// Until response headers: the tighter of the rule's request and backend-request timeouts,
     /// or the default.

@@ -254,6 +254,59 @@ pub enum HttpFilter {
     ResponseHeaders(HeaderModifier),
     Redirect(Redirect),
     UrlRewrite(UrlRewrite),
+    /// `RequestMirror`: a copy of the request also goes to another cluster; its response is
+    /// discarded and it never delays or fails the real request.
+    Mirror(Mirror),
+    /// `CORS`: preflights answered by the gateway, CORS response fields on the rest.
+    Cors(Cors),
+}
+
+/// A mirror whose backend resolved (translate leaves out mirrors whose backendRef does not).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mirror {
+    /// Name of a [`Cluster`] in [`Config::clusters`].
+    pub cluster: String,
+    /// The share of requests mirrored, `numerator / denominator` (`1/1`: every request;
+    /// `0/…`: none). `denominator` is never 0 and `numerator` never exceeds it.
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+/// A CORS policy with its defaults resolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cors {
+    /// `*` (any origin), `scheme://host[:port]`, or a host with a leading `*.` (one or more
+    /// labels) or `*` alone (any host of that scheme). Hosts are lower case.
+    pub allow_origins: Vec<String>,
+    pub allow_credentials: bool,
+    /// Method names as given (case-sensitive), or `*`.
+    pub allow_methods: Vec<String>,
+    /// Lower-case header names, or `*`.
+    pub allow_headers: Vec<String>,
+    /// Lower-case header names, or `*`.
+    pub expose_headers: Vec<String>,
+    /// `Access-Control-Max-Age` in seconds (the Gateway API default is 5).
+    pub max_age_seconds: u32,
+}
+
+impl HttpRule {
+    /// The clusters this rule can send requests to: its backends' and its mirrors' (the rule's
+    /// and its backends' `RequestMirror` filters).
+    pub fn clusters(&self) -> impl Iterator<Item = &str> {
+        let backends = self.backends.iter().filter_map(|b| match &b.target {
+            BackendTarget::Cluster(name) => Some(name.as_str()),
+            BackendTarget::Invalid { .. } => None,
+        });
+        let filters = self
+            .filters
+            .iter()
+            .chain(self.backends.iter().flat_map(|b| &b.filters));
+        let mirrors = filters.filter_map(|f| match f {
+            HttpFilter::Mirror(m) => Some(m.cluster.as_str()),
+            _ => None,
+        });
+        backends.chain(mirrors)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

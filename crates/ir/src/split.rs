@@ -3,7 +3,7 @@
 //! TLSRoutes reach and the certificates its listeners and those clusters use, and nothing of
 //! any other Gateway: a data plane never holds another team's keys.
 
-use crate::{BackendTarget, Config, Gateway};
+use crate::{BackendTarget, Config, Gateway, HttpRule};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -20,18 +20,18 @@ impl Config {
         for l in &mut gateway.listeners {
             l.address = bind;
         }
+        // HTTP rules reach their backends' clusters and their mirrors'.
         let clusters: BTreeSet<&str> = gateway
             .listeners
             .iter()
             .flat_map(|l| {
-                let http = l.rules.iter().flat_map(|r| &r.backends);
                 let tls = l.tls_routes.iter().flat_map(|r| &r.backends);
                 let l4 = l.l4_route.iter().flat_map(|r| &r.backends);
-                http.chain(tls).chain(l4)
-            })
-            .filter_map(|b| match &b.target {
-                BackendTarget::Cluster(name) => Some(name.as_str()),
-                BackendTarget::Invalid { .. } => None,
+                let stream = tls.chain(l4).filter_map(|b| match &b.target {
+                    BackendTarget::Cluster(name) => Some(name.as_str()),
+                    BackendTarget::Invalid { .. } => None,
+                });
+                l.rules.iter().flat_map(HttpRule::clusters).chain(stream)
             })
             .collect();
         let clusters: Vec<_> = self
@@ -166,5 +166,39 @@ mod tests {
         let b = config.for_gateway("b", "web", any).unwrap();
         assert_eq!(names(&b.certificates), ["b/web-tls"]);
         assert!(config.for_gateway("c", "web", any).is_none());
+    }
+
+    #[test]
+    fn a_gateway_gets_the_clusters_its_mirrors_reach() {
+        let mut l = listener(80, "a/x:80", None);
+        let mirror = |cluster: &str| {
+            HttpFilter::Mirror(Mirror {
+                cluster: cluster.into(),
+                numerator: 1,
+                denominator: 1,
+            })
+        };
+        l.rules[0].filters.push(mirror("a/rule-mirror:80"));
+        l.rules[0].backends[0]
+            .filters
+            .push(mirror("a/backend-mirror:80"));
+        let config = Config {
+            gateways: vec![Gateway {
+                namespace: "a".into(),
+                name: "web".into(),
+                listeners: vec![l],
+            }],
+            clusters: vec![
+                cluster("a/backend-mirror:80", None),
+                cluster("a/other:80", None),
+                cluster("a/rule-mirror:80", None),
+                cluster("a/x:80", None),
+            ],
+            certificates: vec![],
+        };
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let a = config.for_gateway("a", "web", any).unwrap();
+        let names: Vec<_> = a.clusters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a/backend-mirror:80", "a/rule-mirror:80", "a/x:80"]);
     }
 }

@@ -94,6 +94,20 @@ fn listener<'a>(
                     for b in &mut resolved.backends {
                         use_cluster(&mut b.target, client_cert, out, &gw.key);
                     }
+                    let filters = resolved
+                        .filters
+                        .iter_mut()
+                        .chain(resolved.backends.iter_mut().flat_map(|b| &mut b.filters));
+                    for f in filters {
+                        if let ir::HttpFilter::Mirror(m) = f {
+                            let mut target =
+                                ir::BackendTarget::Cluster(std::mem::take(&mut m.cluster));
+                            use_cluster(&mut target, client_cert, out, &gw.key);
+                            if let ir::BackendTarget::Cluster(name) = target {
+                                m.cluster = name;
+                            }
+                        }
+                    }
                     rules.push(resolved);
                     for hostname in &a.hostnames {
                         for (match_index, m) in template.matches.iter().enumerate() {

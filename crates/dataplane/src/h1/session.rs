@@ -14,7 +14,7 @@ use super::pool::{Conn, checkout_or_connect, reconnect};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
 use crate::filters::Filter;
-use crate::forwarding::{self, Answer, Decision, RequestParts};
+use crate::forwarding::{self, Answer, Decision, RequestParts, ResponseEdits};
 use crate::headers::HeaderList;
 use crate::limits::{Stall, TimeoutKind, Watch};
 use crate::matchers::{LazyQuery, RequestView};
@@ -289,6 +289,10 @@ where
             }
         };
         let rule = &listener.rules[route.rule];
+        if rule.mirrored {
+            // Mirrors copy the request body frame by frame: the hyper path does that.
+            return Next::Handoff;
+        }
         let (next, status) = self.forward(len, rule, route, host, draining, start).await;
         if let Some(status) = status {
             rule.metrics.record(metrics, status, start.elapsed());
@@ -308,6 +312,7 @@ where
         started: Instant,
     ) -> (Next, Option<u16>) {
         let RequestHead {
+            method,
             target,
             path_end,
             headers,
@@ -320,6 +325,7 @@ where
         let decision = forwarding::decide(
             rule,
             &RequestParts {
+                method,
                 host,
                 path: &target[..*path_end],
                 query: target.get(*path_end + 1..),
@@ -332,9 +338,7 @@ where
                 answer,
                 backend_filters,
             } => {
-                let status = match &answer {
-                    Answer::Text(s, _) | Answer::Redirect(s, _) => s.as_u16(),
-                };
+                let status = answer.status().as_u16();
                 self.buf.consume(len);
                 let next = self
                     .answer_and_skip_body(answer, &rule.filters, backend_filters, draining)
@@ -376,15 +380,13 @@ where
             },
         );
         let close_after = !self.head.keep_alive || draining;
+        let edits = ResponseEdits {
+            rule_filters: &rule.filters,
+            backend_filters,
+            cors: rewrite.cors.as_ref(),
+        };
         let exchanged = self
-            .exchange(
-                endpoint,
-                rule,
-                backend_filters,
-                close_after,
-                cluster,
-                started,
-            )
+            .exchange(endpoint, rule, edits, close_after, cluster, started)
             .await;
         match exchanged {
             Exchanged::Responded {
@@ -405,7 +407,7 @@ where
             } => {
                 self.fields.clear();
                 self.fields.push(b"content-type", b"text/plain");
-                forwarding::response_filters(&rule.filters, backend_filters, &mut self.fields);
+                edits.apply(&mut self.fields);
                 let close = !keep_client || close_after;
                 let sent = self.send_generated(status, text.as_bytes(), close).await;
                 let next = if sent.is_ok() && !close {
@@ -424,7 +426,7 @@ where
         &mut self,
         endpoint: &crate::table::Endpoint,
         rule: &CompiledRule,
-        backend_filters: &[Filter],
+        edits: ResponseEdits<'_>,
         close_after: bool,
         cluster: &crate::table::ClusterState,
         started: Instant,
@@ -559,12 +561,12 @@ where
             return self.fail(StatusCode::BAD_GATEWAY, "upstream request failed\n");
         }
         let upstream_reusable = up.head.reusable(framing);
-        if forwarding::has_response_filters(&rule.filters, backend_filters) {
+        if edits.any() {
             up.head.headers.lowercase_names();
             if up.head.connection.others {
                 strip_connection_listed(&mut up.head.headers);
             }
-            forwarding::response_filters(&rule.filters, backend_filters, &mut up.head.headers);
+            edits.apply(&mut up.head.headers);
         }
         let client_http10 = self.head.http10;
         let how = ClientResponse {
@@ -715,8 +717,17 @@ where
                     .push(LOCATION.as_str().as_bytes(), location.as_bytes());
                 (*status, b"")
             }
+            Answer::Preflight(fields) => {
+                fields.apply(&mut self.fields);
+                (StatusCode::OK, b"")
+            }
         };
-        forwarding::response_filters(rule_filters, backend_filters, &mut self.fields);
+        ResponseEdits {
+            rule_filters,
+            backend_filters,
+            cors: None,
+        }
+        .apply(&mut self.fields);
         let close = !self.head.keep_alive || draining || self.head.body != Framing::None;
         match self.send_generated(status, body, close).await {
             Ok(()) if !close => Next::KeepGoing,

@@ -3,15 +3,22 @@
 //! and instantiated for both (and for GRPCRoute's, which share the shape).
 
 use super::template::{FilterTemplate, RawRedirect};
+use crate::backends::BackendRef;
+use crate::routes::RuleCtx;
 use gatehouse_ir as ir;
 
-/// Builds `fn $name(&$filter) -> Result<$crate::routes::http::FilterTemplate, String>` over one family of generated
-/// filter types (the filter, its type enum, and the enums of redirect and rewrite paths).
+/// Builds `fn $name(&$filter, &mut RuleCtx) -> Result<Option<FilterTemplate>, String>` over one
+/// family of generated filter types (the filter, its type enum, and the enums of redirect and
+/// rewrite paths). `None`: a mirror whose backendRef does not resolve, left out of the rule
+/// (the context records the problem for ResolvedRefs).
 macro_rules! filter_from {
     ($name:ident, $filter:ty, $kind:ident, $redirect_path:ident, $rewrite_path:ident, $scheme:ident) => {
-        pub fn $name(f: &$filter) -> Result<$crate::routes::http::FilterTemplate, String> {
+        pub fn $name(
+            f: &$filter,
+            ctx: &mut $crate::routes::RuleCtx<'_, '_>,
+        ) -> Result<Option<$crate::routes::http::FilterTemplate>, String> {
             use $crate::routes::http::filters::header_modifier;
-            Ok(match f.r#type {
+            Ok(Some(match f.r#type {
                 $kind::RequestHeaderModifier => {
                     let m = f.request_header_modifier.as_ref();
                     $crate::routes::http::FilterTemplate::Ready(
@@ -79,18 +86,91 @@ macro_rules! filter_from {
                     )
                 }
                 $kind::RequestMirror => {
-                    return Err($crate::routes::http::filters::unsupported("RequestMirror"))
+                    let Some(m) = f.request_mirror.as_ref() else {
+                        return Err("RequestMirror needs requestMirror".into());
+                    };
+                    let b = &m.backend_ref;
+                    return $crate::routes::http::filters::mirror(
+                        &$crate::backends::BackendRef {
+                            group: b.group.as_deref(),
+                            kind: b.kind.as_deref(),
+                            name: &b.name,
+                            namespace: b.namespace.as_deref(),
+                            port: b.port,
+                        },
+                        m.percent,
+                        m.fraction.as_ref().map(|f| (f.numerator, f.denominator)),
+                        ctx,
+                    );
                 }
                 $kind::ExtensionRef => {
                     return Err($crate::routes::http::filters::unsupported("ExtensionRef"))
                 }
-                $kind::Cors => return Err($crate::routes::http::filters::unsupported("CORS")),
-            })
+                $kind::Cors => {
+                    let Some(c) = f.cors.as_ref() else {
+                        return Err("CORS needs cors".into());
+                    };
+                    $crate::routes::http::FilterTemplate::Ready(gatehouse_ir::HttpFilter::Cors(
+                        $crate::routes::http::cors::policy(&$crate::routes::http::cors::RawCors {
+                            allow_origins: c.allow_origins.as_deref().unwrap_or_default(),
+                            allow_credentials: c.allow_credentials.unwrap_or(false),
+                            allow_methods: c.allow_methods.as_deref().unwrap_or_default(),
+                            allow_headers: c.allow_headers.as_deref().unwrap_or_default(),
+                            expose_headers: c.expose_headers.as_deref().unwrap_or_default(),
+                            max_age: c.max_age,
+                        })?,
+                    ))
+                }
+            }))
         }
     };
 }
 #[allow(unused_imports)] // GRPCRoute's filters will use it too.
 pub(crate) use filter_from;
+
+/// A `RequestMirror` filter: `percent` or `fraction` (numerator, denominator; 100 when left
+/// out) say how many requests are mirrored, every one when neither is set. A backendRef that
+/// does not resolve leaves the mirror out (`None`): the spec asks for the backend to be
+/// dropped with ResolvedRefs False, and the rest of the rule keeps working.
+pub fn mirror(
+    backend: &BackendRef<'_>,
+    percent: Option<i32>,
+    fraction: Option<(i32, Option<i32>)>,
+    ctx: &mut RuleCtx<'_, '_>,
+) -> Result<Option<FilterTemplate>, String> {
+    let (numerator, denominator) = match (percent, fraction) {
+        (Some(_), Some(_)) => {
+            return Err("RequestMirror may set percent or fraction, not both".into());
+        }
+        (Some(p), None) if (0..=100).contains(&p) => (p, 100),
+        (Some(p), None) => {
+            return Err(format!(
+                "RequestMirror percent {p} is not between 0 and 100"
+            ));
+        }
+        (None, Some((n, d))) => {
+            let d = d.unwrap_or(100);
+            if d < 1 || n < 0 || n > d {
+                return Err(format!(
+                    "RequestMirror fraction {n}/{d} needs 0 <= numerator <= denominator and a denominator of at least 1"
+                ));
+            }
+            (n, d)
+        }
+        (None, None) => (1, 1),
+    };
+    let resolved = ctx.backend(backend);
+    let ir::BackendTarget::Cluster(cluster) = resolved.target else {
+        return Ok(None);
+    };
+    Ok(Some(FilterTemplate::Ready(ir::HttpFilter::Mirror(
+        ir::Mirror {
+            cluster,
+            numerator: numerator as u32,
+            denominator: denominator as u32,
+        },
+    ))))
+}
 
 pub fn unsupported(kind: &str) -> String {
     format!("filter type {kind} is not supported by Gatehouse")
@@ -185,7 +265,7 @@ pub fn redirect(
     }))
 }
 
-/// At most one RequestRedirect or URLRewrite per rule (or backendRef).
+/// At most one RequestRedirect or URLRewrite per rule (or backendRef), and one CORS.
 pub fn check_exclusive(filters: &[FilterTemplate]) -> Result<(), String> {
     let rewrites = filters
         .iter()
@@ -200,6 +280,13 @@ pub fn check_exclusive(filters: &[FilterTemplate]) -> Result<(), String> {
         return Err(
             "a rule may have one RequestRedirect or one URLRewrite, not both or several".into(),
         );
+    }
+    let cors = filters
+        .iter()
+        .filter(|f| matches!(f, FilterTemplate::Ready(ir::HttpFilter::Cors(_))))
+        .count();
+    if cors > 1 {
+        return Err("a rule may have one CORS filter".into());
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! HTTPRoute: rules to listener-independent templates (matches, filters, backends, timeouts).
 
+mod cors;
 mod filters;
 mod matches;
 mod template;
@@ -86,21 +87,17 @@ fn rule(
             .map(matches::http_match)
             .collect::<Result<_, _>>()?,
     };
-    let rule_filters = r
-        .filters
-        .iter()
-        .flatten()
-        .map(filters::rule_filter)
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut rule_filters = Vec::new();
+    for f in r.filters.iter().flatten() {
+        rule_filters.extend(filters::rule_filter(f, ctx)?);
+    }
     filters::check_exclusive(&rule_filters)?;
     let mut backends = Vec::new();
     for b in r.backend_refs.iter().flatten() {
-        let backend_filters = b
-            .filters
-            .iter()
-            .flatten()
-            .map(filters::backend_filter)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut backend_filters = Vec::new();
+        for f in b.filters.iter().flatten() {
+            backend_filters.extend(filters::backend_filter(f, ctx)?);
+        }
         filters::check_exclusive(&backend_filters)?;
         let resolved = ctx.backend(&BackendRef {
             group: b.group.as_deref(),
