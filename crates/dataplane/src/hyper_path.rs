@@ -550,19 +550,38 @@ fn prepare_upstream(
     }
     let upstream_host = rewrite.host.or(original_host);
 
-    let authority = if endpoint.h2.is_some() {
-        // HTTP/2 carries the host in `:authority`, which hyper takes from the URI.
-        *req.version_mut() = Version::HTTP_2;
-        req.headers_mut().remove(HOST);
-        upstream_host
+    let (version, uri) = address(
+        endpoint,
+        upstream_host,
+        req.headers_mut(),
+        Some(path_and_query),
+    )
+    .map_err(|_| "cannot build upstream URI\n")?;
+    *req.version_mut() = version;
+    *req.uri_mut() = uri;
+    Ok(())
+}
+
+/// Addresses a request to `endpoint`, for the real backend and for mirrors alike: HTTP/2
+/// carries `host` as `:authority` (hyper takes it from the URI, so the Host field goes),
+/// HTTP/1.1 keeps it in Host; the URI names the endpoint's scheme and address otherwise.
+pub(crate) fn address(
+    endpoint: &Endpoint,
+    host: Option<HeaderValue>,
+    headers: &mut http::HeaderMap,
+    path_and_query: Option<http::uri::PathAndQuery>,
+) -> Result<(Version, Uri), http::Error> {
+    let (version, authority) = if endpoint.h2.is_some() {
+        headers.remove(HOST);
+        let authority = host
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-            .unwrap_or_else(|| endpoint.authority.clone())
+            .unwrap_or_else(|| endpoint.authority.clone());
+        (Version::HTTP_2, authority)
     } else {
-        *req.version_mut() = Version::HTTP_11;
-        if let Some(host) = upstream_host {
-            req.headers_mut().insert(HOST, host);
+        if let Some(host) = host {
+            headers.insert(HOST, host);
         }
-        endpoint.authority.clone()
+        (Version::HTTP_11, endpoint.authority.clone())
     };
     let mut parts = http::uri::Parts::default();
     parts.scheme = Some(if endpoint.tls.is_some() {
@@ -571,7 +590,6 @@ fn prepare_upstream(
         Scheme::HTTP
     });
     parts.authority = Some(authority);
-    parts.path_and_query = Some(path_and_query);
-    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| "cannot build upstream URI\n")?;
-    Ok(())
+    parts.path_and_query = path_and_query;
+    Ok((version, Uri::from_parts(parts)?))
 }

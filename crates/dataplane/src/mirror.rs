@@ -24,8 +24,7 @@ use crate::metrics::MirrorMetrics;
 use crate::table::{ClusterState, Endpoint};
 use bytes::Bytes;
 use http::header::HOST;
-use http::uri::{Authority, Scheme};
-use http::{HeaderValue, Request, Uri, Version};
+use http::{HeaderValue, Request, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use std::pin::Pin;
@@ -312,8 +311,8 @@ where
 }
 
 /// The real request's head, re-addressed to a mirror endpoint: its URI points at the endpoint
-/// (HTTP/1) or carries the host as authority (h2c), as `hyper_path::prepare_upstream` does for
-/// the real backend.
+/// (HTTP/1) or carries the host as authority (h2c), by the same [`crate::hyper_path::address`]
+/// as the real backend's.
 fn retarget(head: Head, endpoint: &Endpoint) -> Result<http::request::Parts, BoxError> {
     let Head {
         method,
@@ -324,29 +323,11 @@ fn retarget(head: Head, endpoint: &Endpoint) -> Result<http::request::Parts, Box
         uri.authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-    let (version, authority) = if endpoint.h2.is_some() {
-        headers.remove(HOST);
-        let authority = host
-            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-            .unwrap_or_else(|| endpoint.authority.clone());
-        (Version::HTTP_2, authority)
-    } else {
-        if let Some(host) = host {
-            headers.insert(HOST, host);
-        }
-        (Version::HTTP_11, endpoint.authority.clone())
-    };
-    let mut uri_parts = http::uri::Parts::default();
-    uri_parts.scheme = Some(if endpoint.tls.is_some() {
-        Scheme::HTTPS
-    } else {
-        Scheme::HTTP
-    });
-    uri_parts.authority = Some(authority);
-    uri_parts.path_and_query = uri.path_and_query().cloned();
+    let (version, uri) =
+        crate::hyper_path::address(endpoint, host, &mut headers, uri.path_and_query().cloned())?;
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
-    parts.uri = Uri::from_parts(uri_parts)?;
+    parts.uri = uri;
     parts.version = version;
     parts.headers = headers;
     Ok(parts)

@@ -153,16 +153,7 @@ async fn tcp_name(port: u16) -> (TcpStream, String) {
 
 async fn udp_ask(port: u16, payload: &str) -> Option<String> {
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client
-        .send_to(payload.as_bytes(), ("127.0.0.1", port))
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 65536];
-    let n = tokio::time::timeout(Duration::from_millis(500), client.recv(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    udp_from(&client, port, payload).await
 }
 
 async fn status(gw: &Gateway) -> Value {
