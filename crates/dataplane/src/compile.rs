@@ -233,6 +233,7 @@ impl Compiler<'_> {
             connect_failures: self.metrics.cluster_connect_failures(&name),
             retries: self.metrics.cluster_retries(&name),
             ejections: self.metrics.cluster_ejections(&name),
+            route_retries: self.metrics.cluster_route_retries(&name),
             name,
             endpoints: RoundRobin::new(endpoints),
             tls_broken,
@@ -509,6 +510,13 @@ impl Compiler<'_> {
             metrics: RouteMetrics::new(self.metrics, gateway, route, 200),
             backends: Weighted::new(backends),
             timeout,
+            retry: rule.retry.as_ref().map(|retry| {
+                Box::new(crate::retry::RetryPolicy::new(
+                    retry,
+                    &rule.timeouts,
+                    self.default_timeout,
+                ))
+            }),
         }
     }
 

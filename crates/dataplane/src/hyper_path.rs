@@ -3,12 +3,14 @@
 //! pick a backend, forward, stream the answer back. Bodiless requests to HTTP/1 backends still
 //! use the HTTP/1 path's pooled connections (`h1::client`).
 
+use crate::Shared;
 use crate::conn::ConnContext;
 use crate::forwarding::{self, Answer, Decision, RequestParts, ResponseEdits, Rewrite};
 use crate::h1;
 use crate::limits::{IdleBody, Limits, Stall, StreamGuard, TimeoutKind};
 use crate::matchers::{LazyQuery, RequestView};
 use crate::mirror::{self, Taps};
+use crate::retry::{self, Outcome, RetryPolicy};
 use crate::router::{self, MAX_HOST_LEN, Routed};
 use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
 use crate::upstream::{self, BoxError, UpstreamError};
@@ -386,6 +388,14 @@ async fn forward(
         Taps::default()
     };
 
+    if let Some(policy) = rule.retry.as_deref()
+        && downstream_upgrade.is_none()
+        && retry::replayable(req.body())
+    {
+        let shared = &conn.socket.shared;
+        return forward_with_retries(shared, policy, cluster, endpoint, req, taps, edits).await;
+    }
+
     // Bodiless requests to HTTP/1 backends go over the HTTP/1 path's pooled connections, in
     // this task; the rest (request bodies, upgrades, h2c) over hyper's clients.
     if endpoint.pool.is_some() && downstream_upgrade.is_none() && req.body().is_end_stream() {
@@ -439,6 +449,48 @@ async fn forward(
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
     strip_and_maybe_upgrade(conn, &mut resp, downstream_upgrade, upstream_upgrade);
     respond(resp.map(ResponseBody::Upstream), edits)
+}
+
+/// [`forward`] for a rule with a retry policy and a request that can be sent again (see
+/// `retry`): the body is read first, then the attempts run, all within the request timeout.
+async fn forward_with_retries(
+    shared: &Shared,
+    policy: &RetryPolicy,
+    cluster: &ClusterState,
+    endpoint: &Endpoint,
+    req: Request<Incoming>,
+    taps: Taps,
+    edits: ResponseEdits<'_>,
+) -> Response<ResponseBody> {
+    let fail = |status, text| respond(generated(status, text), edits);
+    let (mut parts, body) = req.into_parts();
+    let attempts = async {
+        let body =
+            IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()).tapped(taps);
+        let replay = retry::buffer(body).await?;
+        Ok::<_, BoxError>(retry::send(shared, policy, cluster, endpoint, &mut parts, &replay).await)
+    };
+    let outcome = match policy.total {
+        Some(limit) => match tokio::time::timeout(limit, attempts).await {
+            Ok(outcome) => outcome,
+            Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
+        },
+        None => attempts.await,
+    };
+    match outcome {
+        Ok(Outcome::Response(mut resp)) => {
+            upstream::strip_hop_by_hop(resp.headers_mut());
+            respond(resp, edits)
+        }
+        Ok(Outcome::Failed(endpoint, error)) => {
+            upstream_failed(cluster, endpoint, error, &shared.metrics, fail)
+        }
+        Ok(Outcome::TimedOut) => fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
+        Err(error) => {
+            debug!(%error, "request body could not be read");
+            fail(StatusCode::BAD_REQUEST, "request body could not be read\n")
+        }
+    }
 }
 
 /// The 502 for a request the backend did not answer.

@@ -38,6 +38,7 @@ mod matchers;
 mod metrics;
 mod mirror;
 pub mod path;
+mod retry;
 mod router;
 mod stream;
 mod table;

@@ -178,6 +178,8 @@ pub(crate) struct IdleBody {
 enum Source {
     Client(hyper::body::Incoming),
     Mirror(MirrorBody),
+    /// A body read ahead for retries (`retry`): the data, then the trailers.
+    Replay(Option<bytes::Bytes>, Option<http::HeaderMap>),
 }
 
 impl IdleBody {
@@ -206,6 +208,22 @@ impl IdleBody {
         }
     }
 
+    /// A body kept for retries, sent again from memory.
+    pub(crate) fn replay(
+        data: Option<bytes::Bytes>,
+        trailers: Option<http::HeaderMap>,
+        limit: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        IdleBody {
+            inner: Source::Replay(data, trailers),
+            stall: Stall::new(limit),
+            limit,
+            metrics,
+            taps: None,
+        }
+    }
+
     /// Copies the body to these mirrors as it is read.
     pub(crate) fn tapped(mut self, taps: Taps) -> Self {
         if !taps.is_empty() {
@@ -227,6 +245,13 @@ impl http_body::Body for IdleBody {
         let inner = match &mut this.inner {
             Source::Client(body) => body,
             Source::Mirror(body) => return Pin::new(body).poll_frame(cx),
+            Source::Replay(data, trailers) => {
+                let frame = match data.take() {
+                    Some(data) => Some(http_body::Frame::data(data)),
+                    None => trailers.take().map(http_body::Frame::trailers),
+                };
+                return Poll::Ready(frame.map(Ok));
+            }
         };
         match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Ready(frame) => {
@@ -262,6 +287,7 @@ impl http_body::Body for IdleBody {
         match &self.inner {
             Source::Client(body) => body.is_end_stream(),
             Source::Mirror(body) => body.is_end_stream(),
+            Source::Replay(data, trailers) => data.is_none() && trailers.is_none(),
         }
     }
 
@@ -269,6 +295,9 @@ impl http_body::Body for IdleBody {
         match &self.inner {
             Source::Client(body) => body.size_hint(),
             Source::Mirror(body) => body.size_hint(),
+            Source::Replay(data, _) => {
+                http_body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }

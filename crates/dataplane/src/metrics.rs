@@ -32,6 +32,12 @@ pub(crate) struct ClusterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RetryLabels {
+    pub cluster: Arc<str>,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ListenerLabels {
     pub gateway: Arc<str>,
     pub listener: Arc<str>,
@@ -188,6 +194,7 @@ pub struct Metrics {
     pub(crate) connect_failures: Family<ClusterLabels, Counter>,
     pub(crate) retries: Family<ClusterLabels, Counter>,
     pub(crate) ejections: Family<ClusterLabels, Counter>,
+    pub(crate) route_retries: Family<RetryLabels, Counter>,
     pub(crate) connections_active: Gauge,
     pub(crate) connections_total: Counter,
     pub(crate) tls_handshakes: Family<ListenerLabels, Counter>,
@@ -285,6 +292,7 @@ impl Metrics {
             connect_failures: Family::default(),
             retries: Family::default(),
             ejections: Family::default(),
+            route_retries: Family::default(),
             connections_active: Gauge::default(),
             connections_total: Counter::default(),
             tls_handshakes: Family::default(),
@@ -423,6 +431,13 @@ impl Metrics {
             metrics.retries.clone(),
         );
         registry.register(
+            "gatehouse_route_retries",
+            "Attempts an HTTPRoute rule's retry policy sent again, by cluster and reason \
+             (status: a retried response code; connect: no connection; timeout: the \
+             backendRequest timeout)",
+            metrics.route_retries.clone(),
+        );
+        registry.register(
             "gatehouse_upstream_ejections",
             "Endpoints taken out of rotation after consecutive connect failures, by cluster",
             metrics.ejections.clone(),
@@ -538,6 +553,21 @@ impl Metrics {
         self.retries.get_or_create_owned(&ClusterLabels {
             cluster: cluster.clone(),
         })
+    }
+
+    /// The `gatehouse_route_retries` counters of `cluster`, one per reason.
+    pub(crate) fn cluster_route_retries(&self, cluster: &Arc<str>) -> crate::retry::RetryCounters {
+        let counter = |reason| {
+            self.route_retries.get_or_create_owned(&RetryLabels {
+                cluster: cluster.clone(),
+                reason,
+            })
+        };
+        crate::retry::RetryCounters {
+            status: counter("status"),
+            connect: counter("connect"),
+            timeout: counter("timeout"),
+        }
     }
 
     pub(crate) fn cluster_ejections(&self, cluster: &Arc<str>) -> Counter {

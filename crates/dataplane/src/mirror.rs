@@ -406,6 +406,7 @@ mod tests {
                 connect_failures: Default::default(),
                 retries: Default::default(),
                 ejections: Default::default(),
+                route_retries: Default::default(),
                 tls_broken: false,
             }),
             numerator,

@@ -126,6 +126,9 @@ pub(crate) struct CompiledRule {
     /// Until response headers: the tighter of the rule's request and backend-request timeouts,
     /// or the default.
     pub timeout: Option<Duration>,
+    /// The rule's retry policy. Such rules are served on the hyper path, which alone retries
+    /// (see `retry`), so the HTTP/1 path pays nothing for them.
+    pub retry: Option<Box<crate::retry::RetryPolicy>>,
 }
 
 #[derive(Debug)]
@@ -149,6 +152,8 @@ pub(crate) struct ClusterState {
     pub retries: Counter,
     /// Endpoints taken out of rotation by passive health checking.
     pub ejections: Counter,
+    /// Attempts sent again by a rule's retry policy, by reason.
+    pub route_retries: crate::retry::RetryCounters,
     /// The cluster asks for backend TLS whose settings do not load: HTTP requests get a 502
     /// rather than going out in the clear or unverified.
     pub tls_broken: bool,

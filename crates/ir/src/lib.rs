@@ -238,6 +238,21 @@ pub struct HttpRule {
     /// Picked by weight. Empty, or all weights zero, answers 500.
     pub backends: Vec<WeightedBackend>,
     pub timeouts: Timeouts,
+    /// `retry`: `None` when the rule has none or it allows no retry (`attempts: 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+}
+
+/// An HTTPRoute rule's `retry`, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retry {
+    /// Response statuses that are retried, 400 to 599, sorted and deduplicated. Empty: only
+    /// failed connections are retried.
+    pub codes: Vec<u16>,
+    /// Retries after the first attempt; at least 1.
+    pub attempts: u32,
+    /// The base interval between attempts; `None`: the data plane's default.
+    pub backoff_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -102,6 +102,7 @@ mod tests {
                     },
                 ],
                 timeouts: Timeouts::default(),
+                retry: None,
             }],
             virtual_hosts: vec![],
             tls: cert.map(|c| ListenerTls {

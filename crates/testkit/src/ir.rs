@@ -30,6 +30,7 @@ pub fn rule(route: &str, backends: Vec<WeightedBackend>, filters: Vec<HttpFilter
         filters,
         backends,
         timeouts: Timeouts::default(),
+        retry: None,
     }
 }
 

@@ -7,12 +7,12 @@
 //! themselves, so a new route kind is one file (its [`RouteKind`](crate::RouteKind)
 //! implementation) plus one line here.
 
-use crate::generated::{tcproutes::TcpRoute, udproutes::UdpRoute};
+use crate::generated::{httproutes::HttpRoute, tcproutes::TcpRoute, udproutes::UdpRoute};
 use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    httproutes::HttpRoute, referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
+    referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -289,8 +289,9 @@ where
             }
         };
         let rule = &listener.rules[route.rule];
-        if rule.mirrored {
-            // Mirrors copy the request body frame by frame: the hyper path does that.
+        if rule.mirrored || rule.retry.is_some() {
+            // Mirrors copy the request body frame by frame, and retries replay requests: the
+            // hyper path does both.
             return Next::Handoff;
         }
         let (next, status) = self.forward(len, rule, route, host, draining, start).await;

@@ -1,10 +1,12 @@
 //! Gateway API types the `gateway-api` crate does not have at the version Gatehouse targets,
 //! generated with kopium from the v1.7.0 CRDs and committed (docs/architecture.md: one set of
 //! types per kind). The crate's 0.22 TCPRoute and UDPRoute are v1alpha2; v1.7.0 serves them
-//! as v1 (its standard channel serves nothing else). Regenerate with the command at the top
+//! as v1 (its standard channel serves nothing else). Its standard HTTPRoute predates v1.7.0's
+//! `rules[].retry`, which serde would drop: HTTPRoute comes from v1.7.0's standard CRD. Regenerate with the command at the top
 //! of each file, then `cargo fmt`.
 
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
+pub mod httproutes;
 pub mod tcproutes;
 pub mod udproutes;

@@ -292,7 +292,7 @@ pub fn check_exclusive(filters: &[FilterTemplate]) -> Result<(), String> {
 }
 
 mod generated {
-    use gateway_api::apis::standard::httproutes::*;
+    use crate::generated::httproutes::*;
 
     filter_from!(
         rule_filter,

@@ -1,13 +1,13 @@
 //! HTTPRoute matches to IR matches, and the regular expressions in them checked the way the
 //! data plane compiles them.
 
-use crate::kinds::{Finding, PathSegment};
-use gatehouse_ir as ir;
-use gateway_api::apis::standard::httproutes::{
+use crate::generated::httproutes::{
     HttpRoute, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
     HttpRouteRulesMatchesQueryParamsType,
 };
+use crate::kinds::{Finding, PathSegment};
+use gatehouse_ir as ir;
 
 /// Compile a user regex the way the data plane will, so an invalid one is caught here.
 fn check_regex(what: &str, re: &str) -> Result<(), String> {

@@ -3,6 +3,7 @@
 mod cors;
 mod filters;
 mod matches;
+mod retry;
 mod template;
 
 pub use template::{BackendTemplate, FilterTemplate, RawRedirect, RuleTemplate};
@@ -11,12 +12,12 @@ use super::{
     ParentRef, RouteKind, RouteRule, RouteStatus, RuleCtx, parent_ref_from, route_status_from,
 };
 use crate::backends::BackendRef;
-use crate::kinds::Finding;
-use gatehouse_ir as ir;
-use gateway_api::apis::standard::httproutes::{
+use crate::generated::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteStatus,
     HttpRouteStatusParentsParentRef,
 };
+use crate::kinds::Finding;
+use gatehouse_ir as ir;
 
 parent_ref_from!(HttpRouteParentRefs, HttpRouteStatusParentsParentRef);
 route_status_from!(HttpRouteStatus);
@@ -126,11 +127,20 @@ fn rule(
             backend_request_ms: duration_ms("backendRequest", t.backend_request.as_ref())?,
         },
     };
+    let retry = match &r.retry {
+        None => None,
+        Some(x) => retry::policy(&retry::RawRetry {
+            codes: x.codes.as_deref().unwrap_or_default(),
+            attempts: x.attempts,
+            backoff: x.backoff.as_deref(),
+        })?,
+    };
     Ok(RuleTemplate {
         route: ctx.route_ref(index),
         matches,
         filters: rule_filters,
         backends,
         timeouts,
+        retry,
     })
 }

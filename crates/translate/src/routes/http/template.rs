@@ -10,6 +10,7 @@ pub struct RuleTemplate {
     pub filters: Vec<FilterTemplate>,
     pub backends: Vec<BackendTemplate>,
     pub timeouts: ir::Timeouts,
+    pub retry: Option<ir::Retry>,
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +108,7 @@ impl RuleTemplate {
                 })
                 .collect(),
             timeouts: self.timeouts.clone(),
+            retry: self.retry.clone(),
         }
     }
 }
