@@ -23,7 +23,10 @@ import (
 //
 // Without a readinessProbe the container is ready once every TCP port it declares accepts
 // connections — stricter than the kubelet (ready as soon as it runs), so a backend is
-// never published before it listens.
+// never published before it listens — or once it has run for portlessReadyAfter without
+// doing so: then it is ready as the kubelet would have it. Some Pods declare a port on
+// purpose that nothing listens on (the conformance suite's HTTPRouteRetryConnectionError
+// needs a Ready endpoint that refuses connections).
 func (c *containerState) probe(ctx context.Context, start time.Time) {
 	spec := c.spec
 	if p := spec.StartupProbe; p != nil {
@@ -72,7 +75,7 @@ func (c *containerState) probe(ctx context.Context, start time.Time) {
 					ok = ok && c.dial(ctx, int(port.ContainerPort), time.Second) == nil
 				}
 			}
-			c.setReady(ctx, ok)
+			c.setReady(ctx, ok || time.Since(start) >= portlessReadyAfter)
 			if !sleep(ctx, 500*time.Millisecond) {
 				return
 			}
@@ -97,6 +100,11 @@ func (c *containerState) probe(ctx context.Context, start time.Time) {
 		return false
 	})
 }
+
+// portlessReadyAfter is how long a container without a readinessProbe may run with a
+// declared TCP port that refuses connections before it is reported ready anyway. Real
+// backends listen within milliseconds of starting.
+const portlessReadyAfter = 10 * time.Second
 
 // unhealthy kills the current process for a failed startup or liveness probe; the
 // supervisor restarts it with back-off.

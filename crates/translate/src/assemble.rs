@@ -3,6 +3,7 @@
 //! and the clusters each Gateway uses.
 
 use crate::gateways::GatewayCtx;
+use crate::hostname;
 use crate::objects::ObjectKey;
 use crate::precedence;
 use crate::routes::{Attachment, RouteRule};
@@ -110,9 +111,11 @@ fn listener<'a>(
                     }
                     rules.push(resolved);
                     for hostname in &a.hostnames {
+                        let origin = hostname::origin_specificity(hostname, &a.route_hostnames);
                         for (match_index, m) in template.matches.iter().enumerate() {
                             candidates.push(precedence::Candidate {
                                 hostname: hostname.clone(),
+                                origin,
                                 matcher: m.clone(),
                                 rule: index,
                                 route_age: a.route_age.clone(),
@@ -127,11 +130,19 @@ fn listener<'a>(
                     for b in &mut backends {
                         use_cluster(&mut b.target, None, out, &gw.key);
                     }
-                    tls_routes.push(ir::TlsRoute {
-                        route: route.clone(),
-                        hostnames: a.hostnames.clone(),
-                        backends,
-                    });
+                    let origins = a
+                        .hostnames
+                        .iter()
+                        .map(|h| hostname::origin_specificity(h, &a.route_hostnames))
+                        .collect();
+                    tls_routes.push((
+                        ir::TlsRoute {
+                            route: route.clone(),
+                            hostnames: a.hostnames.clone(),
+                            backends,
+                        },
+                        origins,
+                    ));
                 }
                 // A TCP or UDP listener has nothing to tell its routes' traffic apart by, so
                 // the oldest route attached takes it all (attachments come oldest first); the
@@ -160,10 +171,48 @@ fn listener<'a>(
         rules,
         virtual_hosts: precedence::virtual_hosts(candidates),
         tls: l.tls.clone(),
-        tls_routes,
+        tls_routes: tls_claims(tls_routes),
         l4_route,
     }
 }
+
+/// The TLS routes of a listener, each with only the names it wins: of the routes that serve
+/// one name, the one whose route hostname for it is the most specific
+/// ([`hostname::origin_specificity`]), then the oldest (attachments come oldest first). A route
+/// left with no name serves nothing and is left out.
+fn tls_claims(routes: Vec<(ir::TlsRoute, Vec<Origin>)>) -> Vec<ir::TlsRoute> {
+    let mut best: std::collections::HashMap<&str, (Origin, usize)> = Default::default();
+    for (index, (route, origins)) in routes.iter().enumerate() {
+        for (name, origin) in route.hostnames.iter().zip(origins) {
+            let claim = (*origin, index);
+            best.entry(name)
+                .and_modify(|b| *b = (*b).min(claim))
+                .or_insert(claim);
+        }
+    }
+    let winners: Vec<Vec<bool>> = routes
+        .iter()
+        .enumerate()
+        .map(|(index, (route, _))| {
+            route
+                .hostnames
+                .iter()
+                .map(|name| best[name.as_str()].1 == index)
+                .collect()
+        })
+        .collect();
+    routes
+        .into_iter()
+        .zip(winners)
+        .filter_map(|((mut route, _), wins)| {
+            let mut wins = wins.into_iter();
+            route.hostnames.retain(|_| wins.next().unwrap_or(false));
+            (!route.hostnames.is_empty()).then_some(route)
+        })
+        .collect()
+}
+
+type Origin = (u8, std::cmp::Reverse<usize>);
 
 /// Record that `gateway` uses the target cluster. A Gateway with a backend client certificate
 /// gets its own copy of each TLS cluster, presenting that certificate.

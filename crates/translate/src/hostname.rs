@@ -57,6 +57,21 @@ pub fn specificity(hostname: &str) -> (u8, std::cmp::Reverse<usize>) {
     }
 }
 
+/// The specificity of the route hostname that `served` (one of [`intersect`]'s results) came
+/// from: the most specific of `route` (lower case) equal to or covering it, `*` for a route
+/// without hostnames. Precedence between routes that serve the same name ranks them by this
+/// (GatewayRouteHostnameIntersectionPrecedence): a route that asked for `abc.example.com`
+/// beats one that asked for `*.example.com`, though a listener for `abc.example.com` narrows
+/// both to that name.
+pub fn origin_specificity(served: &str, route: &[String]) -> (u8, std::cmp::Reverse<usize>) {
+    route
+        .iter()
+        .filter(|r| r.as_str() == served || matches(r, served))
+        .map(|r| specificity(r))
+        .min()
+        .unwrap_or_else(|| specificity("*"))
+}
+
 /// Does the virtual host `general` (`*`, wildcard or exact) also cover requests for `specific`?
 pub fn covers(general: &str, specific: &str) -> bool {
     general == "*" || matches(general, specific)
@@ -68,6 +83,26 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn origin_is_the_most_specific_route_hostname_that_produced_the_name() {
+        let route = s(&["*.example.com", "abc.example.com", "*.com"]);
+        assert_eq!(
+            origin_specificity("abc.example.com", &route),
+            specificity("abc.example.com")
+        );
+        assert_eq!(
+            origin_specificity("x.example.com", &route),
+            specificity("*.example.com")
+        );
+        assert_eq!(
+            origin_specificity("*.example.com", &route),
+            specificity("*.example.com")
+        );
+        assert_eq!(origin_specificity("x.org", &[]), specificity("*"));
+        assert!(specificity("abc.example.com") < specificity("*.example.com"));
+        assert!(specificity("*.example.com") < specificity("*.com"));
     }
 
     #[test]

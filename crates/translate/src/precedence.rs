@@ -1,7 +1,8 @@
 //! Route precedence and virtual hosts for one listener.
 //!
 //! The spec orders candidate matches first by hostname specificity (exact names, then longer
-//! wildcards), then by the match itself: exact path, longest prefix (regular expressions sit
+//! wildcards; among the candidates of one hostname, the specificity of the route hostname it
+//! came from, before a listener hostname narrowed it), then by the match itself: exact path, longest prefix (regular expressions sit
 //! between them, longest first: the spec leaves them open and this keeps a catch-all prefix `/`
 //! from hiding them), method, most header matches, most query matches, then the oldest route,
 //! then namespace/name, then rule and match order.
@@ -17,6 +18,10 @@ use std::collections::HashMap;
 /// One (hostname, match) pair of an attached rule.
 pub struct Candidate {
     pub hostname: String,
+    /// The specificity of the route hostname `hostname` came from
+    /// ([`hostname::origin_specificity`]): first in precedence among the candidates of one
+    /// hostname.
+    pub origin: (u8, Reverse<usize>),
     pub matcher: ir::HttpMatch,
     /// Index into the listener's rules.
     pub rule: usize,
@@ -26,6 +31,7 @@ pub struct Candidate {
 }
 
 type MatchKey = (
+    (u8, Reverse<usize>),
     u8,
     Reverse<usize>,
     bool,
@@ -43,6 +49,7 @@ fn match_key(c: &Candidate) -> MatchKey {
         ir::PathMatch::Prefix(p) => (2, p.len()),
     };
     (
+        c.origin,
         rank,
         Reverse(len),
         c.matcher.method.is_none(),

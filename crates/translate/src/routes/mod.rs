@@ -223,6 +223,9 @@ pub struct Attachment {
     pub gateway: usize,
     pub listener: usize,
     pub hostnames: Vec<String>,
+    /// The route's own hostnames, lower case (empty: any), for precedence between routes that
+    /// serve the same name ([`crate::hostname::origin_specificity`]).
+    pub route_hostnames: Rc<[String]>,
     pub route_age: (Timestamp, ObjectKey),
     /// (index in the route's spec, rule)
     pub rules: Rc<Vec<(usize, RouteRule)>>,
@@ -315,6 +318,11 @@ fn attach_route<R: RouteKind>(
     }
     let all_invalid = (spec_rules > 0 && rules.is_empty()).then(|| rule_problems.join("; "));
     let rules = Rc::new(rules);
+    let route_hostnames: Rc<[String]> = route
+        .hostnames()
+        .iter()
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
     let outcomes = select_listeners(
         kind,
         meta,
@@ -359,6 +367,7 @@ fn attach_route<R: RouteKind>(
                     gateway: o.gateway,
                     listener: li,
                     hostnames: hosts,
+                    route_hostnames: Rc::clone(&route_hostnames),
                     route_age: age_key(meta),
                     rules: Rc::clone(&rules),
                 }),
