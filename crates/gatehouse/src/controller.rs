@@ -195,6 +195,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
     let options = TranslateOptions {
         controller_name: opts.controller_name.clone(),
         default_address: opts.default_address,
+        provisioned: opts.provision.is_some(),
         ..TranslateOptions::default()
     };
     let adjust = if opts.provision.is_some() {

@@ -216,6 +216,14 @@ async fn api_objects_become_traffic_and_status() {
             .iter()
             .any(|f| f["name"] == "HTTPRoute")
     );
+    assert!(
+        !class["status"]["supportedFeatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "GatewayStaticAddresses"),
+        "only a provisioning controller claims GatewayStaticAddresses"
+    );
 
     // Time from creating a route to its first 200.
     let created = Instant::now();

@@ -238,6 +238,23 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
         },
     )
     .await;
+    // A provisioning controller's class claims the features only it has.
+    let claimed: Vec<String> = get("gatewayclass", &ns, &class)["status"]["supportedFeatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["name"].as_str().map(str::to_string))
+        .collect();
+    for feature in [
+        "GatewayInfrastructure",
+        "GatewayStaticAddresses",
+        "HTTPRoute",
+    ] {
+        assert!(
+            claimed.iter().any(|f| f == feature),
+            "{feature} in {claimed:?}"
+        );
+    }
     let cluster_ip = get("service", &ns, "gw-gatehouse")["spec"]["clusterIP"].clone();
     assert_eq!(
         get("gateway", &ns, "gw")["status"]["addresses"][0]["value"],

@@ -6,7 +6,7 @@ use crate::listener_tls::{self, Problem, TlsProblem};
 use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, selector_matches};
 use crate::parameters::{self, Layer, ResolvedParameters};
 use crate::refs::Refs;
-use crate::{Options, SUPPORTED_FEATURES};
+use crate::{Options, supported_features};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::gatewayclasses::{
     GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
@@ -28,6 +28,7 @@ pub fn classes<'a>(
     classes: &[GatewayClass],
     controller: &str,
     parameters: &'a parameters::Index<'a>,
+    provisioned: bool,
 ) -> (BTreeMap<String, GatewayClassStatus>, OurClasses<'a>) {
     let mut statuses = BTreeMap::new();
     let mut accepted = BTreeMap::new();
@@ -64,8 +65,8 @@ pub fn classes<'a>(
                 )
             }
         };
-        let supported_features = SUPPORTED_FEATURES
-            .iter()
+        let supported_features = supported_features(provisioned)
+            .into_iter()
             .map(|f| GatewayClassStatusSupportedFeatures {
                 name: f.to_string(),
             })
@@ -193,8 +194,12 @@ pub struct GatewayCtx<'a> {
 enum GatewayProblem {
     /// Its parametersRef does not resolve, or the merged parameters are invalid.
     Parameters(String),
-    /// It asks for an address Gatehouse cannot serve on.
+    /// It asks for an address of a type (or a value) Gatehouse cannot serve on: not
+    /// Accepted (UnsupportedAddress).
     Address(String),
+    /// Its addresses are of a supported type but cannot all be used (more than one): Accepted,
+    /// not Programmed (AddressNotUsable), and nothing is bound until spec.addresses changes.
+    UnusableAddress(String),
 }
 
 /// Our Gateways (class accepted and ours), oldest first.
@@ -308,12 +313,8 @@ fn gateway<'a>(
         // Invalid parameters leave nothing to provision, so nothing to bind either.
         Err(why) => (None, Some(GatewayProblem::Parameters(why)), None),
         Ok(parameters) => match address(gw, &key, options) {
-            (address, None) => (Some(parameters), None, address),
-            (address, Some(why)) => (
-                Some(parameters),
-                Some(GatewayProblem::Address(why)),
-                address,
-            ),
+            Ok(address) => (Some(parameters), None, Some(address)),
+            Err(problem) => (Some(parameters), Some(problem), None),
         },
     };
     let mut listeners: Vec<ListenerCtx> = gw
@@ -391,30 +392,40 @@ fn gateway_parameters(
     parameters::resolve(&layers)
 }
 
-fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> (Option<IpAddr>, Option<String>) {
-    if let Some(assigned) = options.gateway_addresses.get(key) {
-        return (Some(*assigned), None);
-    }
+/// Where the Gateway is served, or why it cannot be. Address types are checked whatever
+/// assigns the address (a provisioned Gateway's bind address comes from outside, yet its
+/// spec.addresses still asks its Service for one): only IPAddress is served, and only one.
+fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> Result<IpAddr, GatewayProblem> {
     let requested = gw.spec.addresses.as_deref().unwrap_or_default();
-    match requested {
-        [] => (Some(options.default_address), None),
-        [one] => {
-            let kind = one.r#type.as_deref().unwrap_or("IPAddress");
-            let value = one.value.as_deref().unwrap_or_default();
-            match (kind, value.parse::<IpAddr>()) {
-                ("IPAddress", Ok(ip)) => (Some(ip), None),
-                ("IPAddress", Err(_)) => (
-                    None,
-                    Some(format!("address {value:?} is not an IP address")),
-                ),
-                _ => (None, Some(format!("address type {kind} is not supported"))),
+    let mut ips = Vec::with_capacity(requested.len());
+    for one in requested {
+        let kind = one.r#type.as_deref().unwrap_or("IPAddress");
+        let value = one.value.as_deref().unwrap_or_default();
+        if kind != "IPAddress" {
+            return Err(GatewayProblem::Address(format!(
+                "address type {kind} is not supported (IPAddress only)"
+            )));
+        }
+        match value.parse::<IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => {
+                return Err(GatewayProblem::Address(format!(
+                    "address {value:?} is not an IP address"
+                )));
             }
         }
-        _ => (
-            None,
-            Some("Gatehouse serves a Gateway on one address only".to_string()),
-        ),
     }
+    if ips.len() > 1 {
+        let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+        return Err(GatewayProblem::UnusableAddress(format!(
+            "Gatehouse serves a Gateway on one address; spec.addresses asks for {}",
+            list.join(", ")
+        )));
+    }
+    if let Some(assigned) = options.gateway_addresses.get(key) {
+        return Ok(*assigned);
+    }
+    Ok(ips.first().copied().unwrap_or(options.default_address))
 }
 
 fn listener(l: &GatewayListeners) -> ListenerCtx {
@@ -532,7 +543,9 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
     // Programmed on each listener says why not with the Gateway's own problem first.
     let gateway_problem = gw.problem.as_ref().map(|p| match p {
         GatewayProblem::Parameters(why) => format!("the Gateway's parameters are invalid: {why}"),
-        GatewayProblem::Address(why) => format!("the Gateway's address cannot be used: {why}"),
+        GatewayProblem::Address(why) | GatewayProblem::UnusableAddress(why) => {
+            format!("the Gateway's address cannot be used: {why}")
+        }
     });
     let listeners: Vec<GatewayStatusListeners> = gw
         .listeners
@@ -569,7 +582,7 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                 generation,
             ),
         ),
-        None => {
+        None | Some(GatewayProblem::UnusableAddress(_)) => {
             let accepted = if all_valid {
                 condition(
                     ACCEPTED,
@@ -594,7 +607,15 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     generation,
                 )
             };
-            let prog = if programmed > 0 && published.is_some_and(<[_]>::is_empty) {
+            let prog = if let Some(GatewayProblem::UnusableAddress(why)) = &gw.problem {
+                condition(
+                    PROGRAMMED,
+                    false,
+                    ADDRESS_NOT_USABLE,
+                    why.clone(),
+                    generation,
+                )
+            } else if programmed > 0 && published.is_some_and(<[_]>::is_empty) {
                 // Its own Service has no address yet (a load balancer still assigning one):
                 // clients cannot reach it, so it is not Programmed yet.
                 condition(

@@ -95,13 +95,31 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
 
 /// Gateway API's name for `spec.infrastructure` support (labels and annotations on the
 /// generated objects, per-Gateway parametersRef); v1.7.0's conformance suite calls it this
-/// (earlier releases: GatewayInfrastructurePropagation). Not in [`SUPPORTED_FEATURES`]: the
-/// provisioner claims it once its conformance tests pass.
+/// (earlier releases: GatewayInfrastructurePropagation).
 pub const FEATURE_GATEWAY_INFRASTRUCTURE: &str = "GatewayInfrastructure";
 
-/// Gateway API's name for serving a Gateway on the addresses its spec.addresses asks for. Not in
-/// [`SUPPORTED_FEATURES`] yet, for the same reason.
+/// Gateway API's name for serving a Gateway on the addresses its spec.addresses asks for.
 pub const FEATURE_GATEWAY_STATIC_ADDRESSES: &str = "GatewayStaticAddresses";
+
+/// Features only a controller that provisions data planes has ([`Options::provisioned`]):
+/// there are generated objects to carry the infrastructure labels and annotations, and a
+/// LoadBalancer Service to ask for a static address. Without provisioning (one shared data
+/// plane, addresses assigned from outside) neither holds, so the class does not claim them.
+pub const PROVISIONED_FEATURES: &[&str] = &[
+    FEATURE_GATEWAY_INFRASTRUCTURE,
+    FEATURE_GATEWAY_STATIC_ADDRESSES,
+];
+
+/// The class's supportedFeatures: [`SUPPORTED_FEATURES`], plus [`PROVISIONED_FEATURES`] when
+/// provisioning, sorted as Gateway API asks.
+pub fn supported_features(provisioned: bool) -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = SUPPORTED_FEATURES.to_vec();
+    if provisioned {
+        all.extend_from_slice(PROVISIONED_FEATURES);
+        all.sort_unstable();
+    }
+    all
+}
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -117,6 +135,9 @@ pub struct Options {
     /// Per Gateway, the same (its own provisioned Service's addresses); wins over
     /// `published_addresses`. An empty list means the Service has no address yet.
     pub gateway_published_addresses: BTreeMap<ObjectKey, Vec<(String, String)>>,
+    /// Every Gateway gets a data plane of its own (Deployment, Service, ServiceAccount): the
+    /// class claims [`PROVISIONED_FEATURES`] too.
+    pub provisioned: bool,
 }
 
 impl Default for Options {
@@ -127,6 +148,7 @@ impl Default for Options {
             gateway_addresses: BTreeMap::new(),
             published_addresses: None,
             gateway_published_addresses: BTreeMap::new(),
+            provisioned: false,
         }
     }
 }
@@ -175,6 +197,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         &input.gateway_classes,
         &options.controller_name,
         &parameters,
+        options.provisioned,
     );
     let refs = refs::Refs::new(&input.secrets, &input.config_maps, &input.reference_grants);
     let mut certificates: BTreeMap<String, ir::Certificate> = BTreeMap::new();

@@ -310,6 +310,9 @@ struct OptionsFile {
     /// `namespace/name` of a Gateway to its own Service's addresses (provisioned mode).
     #[serde(default)]
     gateway_published_addresses: BTreeMap<String, Vec<PublishedAddress>>,
+    /// A controller that provisions a data plane per Gateway (`--provision`).
+    #[serde(default)]
+    provisioned: bool,
 }
 
 #[derive(Deserialize)]
@@ -324,6 +327,7 @@ impl OptionsFile {
     fn into_options(self) -> Options {
         let defaults = Options::default();
         Options {
+            provisioned: self.provisioned,
             controller_name: self.controller_name.unwrap_or(defaults.controller_name),
             default_address: self.default_address.unwrap_or(defaults.default_address),
             gateway_addresses: self

@@ -13,12 +13,17 @@
 
 use super::source::api_in;
 use futures_util::future::BoxFuture;
+use futures_util::stream::{self, StreamExt};
 use gatehouse_translate::kinds::{Kind, KindVisitor, StatusShape, for_each_kind};
 use gatehouse_translate::{Input, Status, stamp_status};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
+
+/// Status patches in flight at once. The API server's default limit of mutating requests in
+/// flight is 200 for all clients together; this leaves most of it to everyone else.
+const PATCHES_IN_FLIGHT: usize = 32;
 
 pub struct StatusWriter {
     client: Client,
@@ -79,8 +84,12 @@ impl StatusWriter {
             unchanged: plan.unchanged,
             ..Written::default()
         };
-        for patch in plan.patches {
-            match patch.await {
+        // Concurrently, but bounded: one after another, a burst of 1000 new routes took
+        // seconds of round trips before the last one said Accepted; unbounded, it would open a
+        // connection per object and crowd the API server's in-flight limit.
+        let mut outcomes = stream::iter(plan.patches).buffer_unordered(PATCHES_IN_FLIGHT);
+        while let Some(outcome) = outcomes.next().await {
+            match outcome {
                 Outcome::Patched => w.patched += 1,
                 Outcome::Conflict => w.conflicts += 1,
                 Outcome::Failed => w.failed += 1,
