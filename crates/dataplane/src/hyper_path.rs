@@ -238,6 +238,9 @@ pub(crate) async fn handle(
     // One load per request: the request finishes on the table it started with, even if an
     // apply swaps in a new one meanwhile.
     let table: Arc<SocketTable> = conn.socket.table.load_full();
+    // Read before the request is taken apart: the gateway's own errors are answered in gRPC's
+    // terms to gRPC calls (see `crate::grpc`).
+    let grpc = crate::grpc::is_grpc(req.version(), req.headers());
     if let Some((status, why)) = refuse_lax(&req) {
         let mut response = generated(status, why);
         if req.version() < Version::HTTP_2 {
@@ -259,7 +262,11 @@ pub(crate) async fn handle(
         table
             .unmatched
             .record(&conn.socket.shared.metrics, 400, start.elapsed());
-        return response;
+        return if grpc {
+            crate::grpc::answer_as_grpc(response)
+        } else {
+            response
+        };
     }
     let mut buf = [0u8; MAX_HOST_LEN];
     let host = request_host(&req, &mut buf).unwrap_or("");
@@ -290,6 +297,10 @@ pub(crate) async fn handle(
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    // After the metrics, which count the HTTP status the gateway meant (404, 503, ...).
+    if grpc {
+        response = crate::grpc::answer_as_grpc(response);
     }
     response
 }

@@ -12,11 +12,12 @@
 //! `router` (host and rule selection), `conn` (a connection's context and the routing prologue
 //! both request paths share), `forwarding` (filters, backend and endpoint choice), `h1` (the
 //! HTTP/1.1 path and backend pools), `hyper_path` (HTTP/2 and what the HTTP/1 path hands over),
-//! `balancer` (weighted and round-robin choice), `upstream` (clients, backend TLS, hop-by-hop
-//! hygiene, upgrades), `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls`
-//! (certificates, server and client configurations, ClientHello peek), `stream` (TCP
-//! forwarding for TLSRoute), `l4` (TCP and UDP listeners: TCPRoute and UDPRoute), `workers`
-//! (per-thread runtimes connections run on), `metrics`.
+//! `grpc` (the gateway's own errors as gRPC statuses to gRPC calls), `balancer` (weighted and
+//! round-robin choice), `upstream` (clients, backend TLS, hop-by-hop hygiene, upgrades),
+//! `listeners` (sockets, accept, TLS handshakes by SNI, drain), `tls` (certificates, server and
+//! client configurations, ClientHello peek), `stream` (TCP forwarding for TLSRoute), `l4` (TCP
+//! and UDP listeners: TCPRoute and UDPRoute), `workers` (per-thread runtimes connections run
+//! on), `metrics`.
 
 mod balancer;
 mod compile;
@@ -27,6 +28,7 @@ mod filters;
 mod forwarding;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod grpc;
 mod h1;
 mod headers;
 mod health;

@@ -385,7 +385,8 @@ pub enum BackendTarget {
 pub enum UpstreamProtocol {
     /// HTTP/1.1 with keep-alive; also carries WebSocket upgrades.
     Http1,
-    /// HTTP/2 over cleartext with prior knowledge (`kubernetes.io/h2c`).
+    /// HTTP/2: over cleartext with prior knowledge (`kubernetes.io/h2c`), or over the
+    /// cluster's TLS with ALPN h2. GRPCRoute backends are always this.
     H2c,
     /// HTTP/1.1 whose every request is expected to upgrade (`kubernetes.io/ws`).
     WebSocket,

@@ -121,26 +121,50 @@ impl<'a> Backends<'a> {
     /// Resolve a backendRef of an HTTP or TLS route to the name of a cluster (registering the
     /// cluster), or say why not.
     pub fn resolve(&mut self, from: Referrer, r: &BackendRef) -> Result<String, RefProblem> {
+        self.resolve_http(from, r, false)
+    }
+
+    /// Resolve a backendRef of a GRPCRoute: like [`Backends::resolve`], but the backend is
+    /// always spoken to over HTTP/2 (gRPC has no HTTP/1.1 mapping), in cleartext with prior
+    /// knowledge or, with a BackendTLSPolicy, over TLS with ALPN h2. A Service port that does
+    /// not say `kubernetes.io/h2c` gets a cluster of its own (`ns/svc:port+h2`), so an
+    /// HTTPRoute to the same port keeps speaking HTTP/1.1 to it.
+    pub fn resolve_grpc(&mut self, from: Referrer, r: &BackendRef) -> Result<String, RefProblem> {
+        self.resolve_http(from, r, true)
+    }
+
+    fn resolve_http(
+        &mut self,
+        from: Referrer,
+        r: &BackendRef,
+        grpc: bool,
+    ) -> Result<String, RefProblem> {
         let (key, port, service_port) = self.service_port(from, r, ir::Transport::Tcp)?;
-        let protocol = match service_port.app_protocol.as_deref() {
+        let app_protocol = service_port.app_protocol.as_deref();
+        let protocol = match app_protocol {
             None | Some("http") | Some("HTTP") | Some("kubernetes.io/http") => {
                 ir::UpstreamProtocol::Http1
             }
             // HTTP/1.1 over TLS: the TLS itself comes from a BackendTLSPolicy (checked below).
             Some("https") | Some("HTTPS") => ir::UpstreamProtocol::Http1,
             Some("kubernetes.io/h2c") => ir::UpstreamProtocol::H2c,
-            Some("kubernetes.io/ws") => ir::UpstreamProtocol::WebSocket,
+            Some("kubernetes.io/ws") if !grpc => ir::UpstreamProtocol::WebSocket,
             Some(other) => {
                 return Err(RefProblem {
                     reason: UNSUPPORTED_PROTOCOL,
                     message: format!(
-                        "appProtocol {other} of Service {key} port {port} is not supported"
+                        "appProtocol {other} of Service {key} port {port} is not supported{}",
+                        if grpc { " for gRPC" } else { "" }
                     ),
                     policy_cluster: None,
                 });
             }
         };
-        let name = format!("{key}:{port}");
+        let (protocol, name) = if grpc && protocol != ir::UpstreamProtocol::H2c {
+            (ir::UpstreamProtocol::H2c, format!("{key}:{port}+h2"))
+        } else {
+            (protocol, format!("{key}:{port}"))
+        };
         if !self.clusters.contains_key(&name) {
             let tls = self.backend_tls(&key, service_port, &name)?;
             if tls.is_none()

@@ -12,7 +12,7 @@ use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
+    grpcroutes::GrpcRoute, referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -283,6 +283,8 @@ registry! {
     gateway_classes: GatewayClass, ["v1", "v1beta1"], REQUIRED, cluster, class;
     gateways: Gateway, ["v1", "v1beta1"], REQUIRED, namespaced, gateway;
     http_routes: HttpRoute, ["v1", "v1beta1"], REQUIRED, namespaced, route;
+    /// After HTTPRoute: listeners list their default kinds in this order.
+    grpc_routes: GrpcRoute, ["v1"], OPTIONAL, namespaced, route;
     tls_routes: TlsRoute, ["v1", "v1alpha3", "v1alpha2"], OPTIONAL, namespaced, route;
     /// v1 since Gateway API v1.5 (kopium types from the v1.7.0 CRD; v1alpha2 has the same
     /// fields and is still read from files).

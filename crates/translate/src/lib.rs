@@ -58,6 +58,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -116,7 +119,8 @@ pub fn supported_features(provisioned: bool) -> Vec<&'static str> {
     let mut all: Vec<&'static str> = SUPPORTED_FEATURES.to_vec();
     if provisioned {
         all.extend_from_slice(PROVISIONED_FEATURES);
-        all.sort_unstable();
+        // The order of SUPPORTED_FEATURES: alphabetical, ignoring case.
+        all.sort_by_key(|f| f.to_ascii_lowercase());
     }
     all
 }

@@ -6,7 +6,9 @@
 //! backendRef resolution (through [`RuleCtx`]), and the Accepted, ResolvedRefs and
 //! PartiallyInvalid conditions of every parent.
 
+pub mod grpc;
 pub mod http;
+mod kind_conflicts;
 mod l4;
 pub mod tcp;
 pub mod tls;
@@ -187,6 +189,14 @@ impl RuleCtx<'_, '_> {
         self.resolved(resolved)
     }
 
+    /// Resolves a backendRef of a GRPCRoute: an HTTP/2 backend whatever the Service port's
+    /// appProtocol (see [`Backends::resolve_grpc`]), recording problems as
+    /// [`RuleCtx::backend`] does.
+    pub fn grpc_backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
+        let resolved = self.backends.resolve_grpc(self.referrer, r);
+        self.resolved(resolved)
+    }
+
     /// Resolves a backendRef of a TCPRoute or UDPRoute to a Service port of `transport`
     /// (see [`Backends::resolve_l4`]), recording problems as [`RuleCtx::backend`] does.
     pub fn l4_backend(
@@ -226,6 +236,10 @@ pub struct Attachment {
     /// The route's own hostnames, lower case (empty: any), for precedence between routes that
     /// serve the same name ([`crate::hostname::origin_specificity`]).
     pub route_hostnames: Rc<[String]>,
+    /// The route, and the entries of its status (`parents`) whose parentRefs chose this
+    /// listener (for [`kind_conflicts`], which may take the listener away again).
+    pub route: RouteKey,
+    pub parents: Vec<usize>,
     pub route_age: (Timestamp, ObjectKey),
     /// (index in the route's spec, rule)
     pub rules: Rc<Vec<(usize, RouteRule)>>,
@@ -357,17 +371,24 @@ fn attach_route<R: RouteKind>(
             let same = |a: &&mut Attachment| {
                 a.gateway == o.gateway && a.listener == li && Rc::ptr_eq(&a.rules, &rules)
             };
+            let parent = parent_statuses.len();
             match attachments.iter_mut().find(|a| same(a)) {
                 Some(existing) => {
                     existing.hostnames.extend(hosts);
                     existing.hostnames.sort();
                     existing.hostnames.dedup();
+                    existing.parents.push(parent);
                 }
                 None => attachments.push(Attachment {
                     gateway: o.gateway,
                     listener: li,
                     hostnames: hosts,
                     route_hostnames: Rc::clone(&route_hostnames),
+                    route: RouteKey {
+                        kind: kind.to_string(),
+                        key: key.clone(),
+                    },
+                    parents: vec![parent],
                     route_age: age_key(meta),
                     rules: Rc::clone(&rules),
                 }),
@@ -548,7 +569,9 @@ pub fn attach_all(input: &crate::Input, ctx: &mut AttachCtx<'_, '_>) -> Attached
         out: Attached::default(),
     };
     crate::kinds::for_each_route_kind(&mut visit);
-    visit.out
+    let mut out = visit.out;
+    kind_conflicts::resolve(&mut out, ctx.gateways);
+    out
 }
 
 /// The route kinds a listener of `protocol` takes by default, in registry order.

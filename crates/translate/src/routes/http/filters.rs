@@ -1,6 +1,7 @@
 //! HTTPRoute filters to filter templates. Rule filters and backendRef filters are separate
 //! generated types with the same fields, so one conversion is written once ([`filter_from!`])
-//! and instantiated for both (and for GRPCRoute's, which share the shape).
+//! and instantiated for both. GRPCRoute's filters (a subset) are built in `routes/grpc.rs` from
+//! the helpers here.
 
 use super::template::{FilterTemplate, RawRedirect};
 use crate::backends::BackendRef;
@@ -125,8 +126,6 @@ macro_rules! filter_from {
         }
     };
 }
-#[allow(unused_imports)] // GRPCRoute's filters will use it too.
-pub(crate) use filter_from;
 
 /// A `RequestMirror` filter: `percent` or `fraction` (numerator, denominator; 100 when left
 /// out) say how many requests are mirrored, every one when neither is set. A backendRef that
@@ -137,6 +136,17 @@ pub fn mirror(
     percent: Option<i32>,
     fraction: Option<(i32, Option<i32>)>,
     ctx: &mut RuleCtx<'_, '_>,
+) -> Result<Option<FilterTemplate>, String> {
+    mirror_to(backend, percent, fraction, ctx, false)
+}
+
+/// [`mirror`], to a gRPC backend (HTTP/2 whatever its appProtocol) when `grpc`.
+pub fn mirror_to(
+    backend: &BackendRef<'_>,
+    percent: Option<i32>,
+    fraction: Option<(i32, Option<i32>)>,
+    ctx: &mut RuleCtx<'_, '_>,
+    grpc: bool,
 ) -> Result<Option<FilterTemplate>, String> {
     let (numerator, denominator) = match (percent, fraction) {
         (Some(_), Some(_)) => {
@@ -159,7 +169,11 @@ pub fn mirror(
         }
         (None, None) => (1, 1),
     };
-    let resolved = ctx.backend(backend);
+    let resolved = if grpc {
+        ctx.grpc_backend(backend)
+    } else {
+        ctx.backend(backend)
+    };
     let ir::BackendTarget::Cluster(cluster) = resolved.target else {
         return Ok(None);
     };

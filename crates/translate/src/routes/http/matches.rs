@@ -10,7 +10,7 @@ use crate::kinds::{Finding, PathSegment};
 use gatehouse_ir as ir;
 
 /// Compile a user regex the way the data plane will, so an invalid one is caught here.
-fn check_regex(what: &str, re: &str) -> Result<(), String> {
+pub(crate) fn check_regex(what: &str, re: &str) -> Result<(), String> {
     regex::Regex::new(&ir::anchored_regex(re))
         .map(|_| ())
         .map_err(|e| format!("invalid regular expression in {what} {re:?}: {e}"))
@@ -65,31 +65,10 @@ pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
             }
         }
     };
-    let mut headers: Vec<ir::HeaderMatch> = Vec::new();
-    for h in m.headers.iter().flatten() {
-        // Gateway API's CRD allows only an RFC 9110 token here; manifests from files are not
-        // checked by it, and a name with a space would never match a request (the data plane
-        // refuses it).
-        if !is_token(&h.name) {
-            return Err(format!(
-                "header match name {:?} is not a valid HTTP header name",
-                h.name
-            ));
-        }
-        let name = h.name.to_ascii_lowercase();
-        // The spec: only the first match for a given header name counts.
-        if headers.iter().any(|x| x.name == name) {
-            continue;
-        }
-        let value = match h.r#type {
-            Some(HttpRouteRulesMatchesHeadersType::RegularExpression) => {
-                check_regex("header match", &h.value)?;
-                ir::StringMatch::Regex(h.value.clone())
-            }
-            _ => ir::StringMatch::Exact(h.value.clone()),
-        };
-        headers.push(ir::HeaderMatch { name, value });
-    }
+    let headers = header_matches(m.headers.iter().flatten().map(|h| {
+        let regex = h.r#type == Some(HttpRouteRulesMatchesHeadersType::RegularExpression);
+        (h.name.as_str(), regex, h.value.as_str())
+    }))?;
     let mut query_params: Vec<ir::QueryParamMatch> = Vec::new();
     for q in m.query_params.iter().flatten() {
         if query_params.iter().any(|x| x.name == q.name) {
@@ -115,6 +94,37 @@ pub fn http_match(m: &HttpRouteRulesMatches) -> Result<ir::HttpMatch, String> {
     })
 }
 
+/// Header matches, given as (name, is RegularExpression, value): HTTPRoute's and GRPCRoute's
+/// have the same rules.
+pub(crate) fn header_matches<'a>(
+    list: impl Iterator<Item = (&'a str, bool, &'a str)>,
+) -> Result<Vec<ir::HeaderMatch>, String> {
+    let mut headers: Vec<ir::HeaderMatch> = Vec::new();
+    for (name, regex, value) in list {
+        // Gateway API's CRD allows only an RFC 9110 token here; manifests from files are not
+        // checked by it, and a name with a space would never match a request (the data plane
+        // refuses it).
+        if !is_token(name) {
+            return Err(format!(
+                "header match name {name:?} is not a valid HTTP header name"
+            ));
+        }
+        let name = name.to_ascii_lowercase();
+        // The spec: only the first match for a given header name counts.
+        if headers.iter().any(|x| x.name == name) {
+            continue;
+        }
+        let value = if regex {
+            check_regex("header match", value)?;
+            ir::StringMatch::Regex(value.to_string())
+        } else {
+            ir::StringMatch::Exact(value.to_string())
+        };
+        headers.push(ir::HeaderMatch { name, value });
+    }
+    Ok(headers)
+}
+
 /// The one-line gist of a regex error (syntax errors print the pattern and a caret).
 /// An RFC 9110 token (`tchar`s), as header field names are.
 pub(crate) fn is_token(s: &str) -> bool {
@@ -123,7 +133,7 @@ pub(crate) fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-fn regex_error(e: &regex::Error) -> String {
+pub(crate) fn regex_error(e: &regex::Error) -> String {
     match e {
         regex::Error::Syntax(s) => s
             .lines()
@@ -136,7 +146,7 @@ fn regex_error(e: &regex::Error) -> String {
     }
 }
 
-fn key(k: &str) -> PathSegment {
+pub(crate) fn key(k: &str) -> PathSegment {
     PathSegment::Key(k.to_string())
 }
 

@@ -1,8 +1,8 @@
 //! HTTPRoute: rules to listener-independent templates (matches, filters, backends, timeouts).
 
 mod cors;
-mod filters;
-mod matches;
+pub(crate) mod filters;
+pub(crate) mod matches;
 mod retry;
 mod template;
 
