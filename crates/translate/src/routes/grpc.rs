@@ -99,6 +99,8 @@ fn rule(
         backends,
         // GRPCRoute has no timeouts field: the data plane's default applies.
         timeouts: ir::Timeouts::default(),
+        // Nor a retry field (GRPCRoute v1): calls go out once.
+        retry: None,
     })
 }
 
