@@ -41,6 +41,21 @@ pub struct BackendRef<'a> {
     pub port: Option<i32>,
 }
 
+/// A [`BackendRef`] borrowing a generated backendRef's fields (every route kind's has them).
+macro_rules! backend_ref_of {
+    ($b:expr) => {{
+        let b = &$b;
+        $crate::backends::BackendRef {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+        }
+    }};
+}
+pub(crate) use backend_ref_of;
+
 pub struct Backends<'a> {
     services: BTreeMap<ObjectKey, &'a Service>,
     slices: BTreeMap<ObjectKey, Vec<&'a EndpointSlice>>,

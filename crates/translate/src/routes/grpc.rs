@@ -10,7 +10,6 @@ use super::http::{BackendTemplate, FilterTemplate, RuleTemplate, filters, matche
 use super::{
     ParentRef, RouteKind, RouteRule, RouteStatus, RuleCtx, parent_ref_from, route_status_from,
 };
-use crate::backends::BackendRef;
 use crate::kinds::{Finding, PathSegment};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::grpcroutes::{
@@ -78,13 +77,7 @@ fn rule(
         for f in b.filters.iter().flatten() {
             backend_filters.extend(backend_filter(f, ctx)?);
         }
-        let resolved = ctx.grpc_backend(&BackendRef {
-            group: b.group.as_deref(),
-            kind: b.kind.as_deref(),
-            name: &b.name,
-            namespace: b.namespace.as_deref(),
-            port: b.port,
-        });
+        let resolved = ctx.grpc_backend(&crate::backends::backend_ref_of!(b));
         backends.push(BackendTemplate {
             weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
             target: resolved.target,
@@ -188,49 +181,22 @@ macro_rules! grpc_filter_from {
         fn $name(f: &$filter, ctx: &mut RuleCtx<'_, '_>) -> Result<Option<FilterTemplate>, String> {
             Ok(Some(match f.r#type {
                 $kind::RequestHeaderModifier => {
-                    let m = f.request_header_modifier.as_ref();
-                    FilterTemplate::Ready(ir::HttpFilter::RequestHeaders(filters::header_modifier(
-                        m.and_then(|m| m.set.as_deref())
-                            .unwrap_or_default()
-                            .iter()
-                            .map(|h| (&h.name, &h.value)),
-                        m.and_then(|m| m.add.as_deref())
-                            .unwrap_or_default()
-                            .iter()
-                            .map(|h| (&h.name, &h.value)),
-                        m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                    )?))
+                    FilterTemplate::Ready(ir::HttpFilter::RequestHeaders(
+                        filters::header_modifier_of!(f.request_header_modifier.as_ref())?,
+                    ))
                 }
                 $kind::ResponseHeaderModifier => {
-                    let m = f.response_header_modifier.as_ref();
                     FilterTemplate::Ready(ir::HttpFilter::ResponseHeaders(
-                        filters::header_modifier(
-                            m.and_then(|m| m.set.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.add.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                        )?,
+                        filters::header_modifier_of!(f.response_header_modifier.as_ref())?,
                     ))
                 }
                 $kind::RequestMirror => {
                     let Some(m) = f.request_mirror.as_ref() else {
                         return Err("RequestMirror needs requestMirror".into());
                     };
-                    let b = &m.backend_ref;
                     // The mirror's copy is a gRPC call too: its backend speaks HTTP/2.
                     return filters::mirror_to(
-                        &BackendRef {
-                            group: b.group.as_deref(),
-                            kind: b.kind.as_deref(),
-                            name: &b.name,
-                            namespace: b.namespace.as_deref(),
-                            port: b.port,
-                        },
+                        &crate::backends::backend_ref_of!(m.backend_ref),
                         m.percent,
                         m.fraction.as_ref().map(|f| (f.numerator, f.denominator)),
                         ctx,
@@ -268,19 +234,7 @@ fn regex_findings(route: &GrpcRoute) -> Vec<Finding> {
                 PathSegment::Index(m),
             ];
             let mut check = |value: &str, tail: &[PathSegment]| {
-                let Err(e) = regex::Regex::new(&ir::anchored_regex(value)) else {
-                    return;
-                };
-                let path: Vec<PathSegment> = base.iter().chain(tail).cloned().collect();
-                out.push(Finding {
-                    message: format!(
-                        "{}: invalid regular expression {value:?}: {}",
-                        crate::kinds::display_path(&path),
-                        matches::regex_error(&e)
-                    ),
-                    value: Some(value.to_string()),
-                    path,
-                });
+                out.extend(matches::regex_finding(&base, tail, value));
             };
             if let Some(method) = &matched.method
                 && method.r#type == Some(GrpcRouteRulesMatchesMethodType::RegularExpression)
@@ -312,24 +266,26 @@ fn regex_findings(route: &GrpcRoute) -> Vec<Finding> {
 mod tests {
     use super::*;
 
-    fn method(kind: Option<GrpcRouteRulesMatchesMethodType>, s: &str, m: &str) -> ir::PathMatch {
+    /// `method_path` of a method match; an empty name is left out.
+    fn try_method(
+        kind: Option<GrpcRouteRulesMatchesMethodType>,
+        s: &str,
+        m: &str,
+    ) -> Result<ir::PathMatch, String> {
         let opt = |v: &str| (!v.is_empty()).then(|| v.to_string());
         method_path(&GrpcRouteRulesMatchesMethod {
             r#type: kind,
             service: opt(s),
             method: opt(m),
         })
-        .unwrap_or_else(|e| panic!("{s}/{m}: {e}"))
+    }
+
+    fn method(kind: Option<GrpcRouteRulesMatchesMethodType>, s: &str, m: &str) -> ir::PathMatch {
+        try_method(kind, s, m).unwrap_or_else(|e| panic!("{s}/{m}: {e}"))
     }
 
     fn method_err(kind: Option<GrpcRouteRulesMatchesMethodType>, s: &str, m: &str) -> String {
-        let opt = |v: &str| (!v.is_empty()).then(|| v.to_string());
-        method_path(&GrpcRouteRulesMatchesMethod {
-            r#type: kind,
-            service: opt(s),
-            method: opt(m),
-        })
-        .expect_err("should be refused")
+        try_method(kind, s, m).expect_err("should be refused")
     }
 
     use GrpcRouteRulesMatchesMethodType::{Exact, RegularExpression as Re};

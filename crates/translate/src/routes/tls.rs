@@ -3,7 +3,7 @@
 use super::{
     ParentRef, RouteKind, RouteRule, RouteStatus, RuleCtx, parent_ref_from, route_status_from,
 };
-use crate::backends::BackendRef;
+use crate::backends::backend_ref_of;
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::tlsroutes::{
     TlsRoute, TlsRouteParentRefs, TlsRouteStatus, TlsRouteStatusParentsParentRef,
@@ -43,15 +43,7 @@ impl RouteKind for TlsRoute {
                     .iter()
                     .map(|b| ir::WeightedBackend {
                         weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
-                        target: ctx
-                            .backend(&BackendRef {
-                                group: b.group.as_deref(),
-                                kind: b.kind.as_deref(),
-                                name: &b.name,
-                                namespace: b.namespace.as_deref(),
-                                port: b.port,
-                            })
-                            .target,
+                        target: ctx.backend(&backend_ref_of!(b)).target,
                         filters: Vec::new(),
                     })
                     .collect();

@@ -8,6 +8,27 @@ use crate::backends::BackendRef;
 use crate::routes::RuleCtx;
 use gatehouse_ir as ir;
 
+/// [`header_modifier`] of a generated modifier (`Option<&_>` with `set`, `add`, `remove`):
+/// HTTPRoute's and GRPCRoute's request and response modifiers are separate types with these
+/// same fields.
+macro_rules! header_modifier_of {
+    ($modifier:expr) => {{
+        let m = $modifier;
+        $crate::routes::http::filters::header_modifier(
+            m.and_then(|m| m.set.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|h| (&h.name, &h.value)),
+            m.and_then(|m| m.add.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|h| (&h.name, &h.value)),
+            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
+        )
+    }};
+}
+pub(crate) use header_modifier_of;
+
 /// Builds `fn $name(&$filter, &mut RuleCtx) -> Result<Option<FilterTemplate>, String>` over one
 /// family of generated filter types (the filter, its type enum, and the enums of redirect and
 /// rewrite paths). `None`: a mirror whose backendRef does not resolve, left out of the rule
@@ -18,40 +39,17 @@ macro_rules! filter_from {
             f: &$filter,
             ctx: &mut $crate::routes::RuleCtx<'_, '_>,
         ) -> Result<Option<$crate::routes::http::FilterTemplate>, String> {
-            use $crate::routes::http::filters::header_modifier;
             Ok(Some(match f.r#type {
-                $kind::RequestHeaderModifier => {
-                    let m = f.request_header_modifier.as_ref();
-                    $crate::routes::http::FilterTemplate::Ready(
-                        gatehouse_ir::HttpFilter::RequestHeaders(header_modifier(
-                            m.and_then(|m| m.set.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.add.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                        )?),
-                    )
-                }
-                $kind::ResponseHeaderModifier => {
-                    let m = f.response_header_modifier.as_ref();
-                    $crate::routes::http::FilterTemplate::Ready(
-                        gatehouse_ir::HttpFilter::ResponseHeaders(header_modifier(
-                            m.and_then(|m| m.set.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.add.as_deref())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|h| (&h.name, &h.value)),
-                            m.and_then(|m| m.remove.as_deref()).unwrap_or_default(),
-                        )?),
-                    )
-                }
+                $kind::RequestHeaderModifier => $crate::routes::http::FilterTemplate::Ready(
+                    gatehouse_ir::HttpFilter::RequestHeaders(header_modifier_of!(
+                        f.request_header_modifier.as_ref()
+                    )?),
+                ),
+                $kind::ResponseHeaderModifier => $crate::routes::http::FilterTemplate::Ready(
+                    gatehouse_ir::HttpFilter::ResponseHeaders(header_modifier_of!(
+                        f.response_header_modifier.as_ref()
+                    )?),
+                ),
                 $kind::RequestRedirect => {
                     let r = f.request_redirect.clone().unwrap_or_default();
                     $crate::routes::http::filters::redirect(
@@ -90,15 +88,8 @@ macro_rules! filter_from {
                     let Some(m) = f.request_mirror.as_ref() else {
                         return Err("RequestMirror needs requestMirror".into());
                     };
-                    let b = &m.backend_ref;
                     return $crate::routes::http::filters::mirror(
-                        &$crate::backends::BackendRef {
-                            group: b.group.as_deref(),
-                            kind: b.kind.as_deref(),
-                            name: &b.name,
-                            namespace: b.namespace.as_deref(),
-                            port: b.port,
-                        },
+                        &$crate::backends::backend_ref_of!(m.backend_ref),
                         m.percent,
                         m.fraction.as_ref().map(|f| (f.numerator, f.denominator)),
                         ctx,

@@ -133,7 +133,7 @@ pub(crate) fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-pub(crate) fn regex_error(e: &regex::Error) -> String {
+fn regex_error(e: &regex::Error) -> String {
     match e {
         regex::Error::Syntax(s) => s
             .lines()
@@ -148,6 +148,26 @@ pub(crate) fn regex_error(e: &regex::Error) -> String {
 
 pub(crate) fn key(k: &str) -> PathSegment {
     PathSegment::Key(k.to_string())
+}
+
+/// A finding at `base` + `tail` when `value` is not a regular expression the data plane
+/// compiles (HTTPRoute's and GRPCRoute's matches).
+pub(crate) fn regex_finding(
+    base: &[PathSegment],
+    tail: &[PathSegment],
+    value: &str,
+) -> Option<Finding> {
+    let e = regex::Regex::new(&ir::anchored_regex(value)).err()?;
+    let path: Vec<PathSegment> = base.iter().chain(tail).cloned().collect();
+    Some(Finding {
+        message: format!(
+            "{}: invalid regular expression {value:?}: {}",
+            crate::kinds::display_path(&path),
+            regex_error(&e)
+        ),
+        value: Some(value.to_string()),
+        path,
+    })
 }
 
 /// Every RegularExpression match of the route that does not compile, by field path.
@@ -169,21 +189,8 @@ pub fn regex_findings(route: &HttpRoute) -> Vec<Finding> {
                 key("matches"),
                 PathSegment::Index(m),
             ];
-            let mut check = |value: &str, tail: &[PathSegment]| {
-                let Err(e) = regex::Regex::new(&ir::anchored_regex(value)) else {
-                    return;
-                };
-                let path: Vec<PathSegment> = base.iter().chain(tail).cloned().collect();
-                out.push(Finding {
-                    message: format!(
-                        "{}: invalid regular expression {value:?}: {}",
-                        crate::kinds::display_path(&path),
-                        regex_error(&e)
-                    ),
-                    value: Some(value.to_string()),
-                    path,
-                });
-            };
+            let mut check =
+                |value: &str, tail: &[PathSegment]| out.extend(regex_finding(&base, tail, value));
             if let Some(p) = &matched.path
                 && p.r#type == Some(HttpRouteRulesMatchesPathType::RegularExpression)
                 && let Some(v) = &p.value

@@ -11,7 +11,7 @@ pub use template::{BackendTemplate, FilterTemplate, RawRedirect, RuleTemplate};
 use super::{
     ParentRef, RouteKind, RouteRule, RouteStatus, RuleCtx, parent_ref_from, route_status_from,
 };
-use crate::backends::BackendRef;
+use crate::backends::backend_ref_of;
 use crate::generated::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteStatus,
     HttpRouteStatusParentsParentRef,
@@ -100,13 +100,7 @@ fn rule(
             backend_filters.extend(filters::backend_filter(f, ctx)?);
         }
         filters::check_exclusive(&backend_filters)?;
-        let resolved = ctx.backend(&BackendRef {
-            group: b.group.as_deref(),
-            kind: b.kind.as_deref(),
-            name: &b.name,
-            namespace: b.namespace.as_deref(),
-            port: b.port,
-        });
+        let resolved = ctx.backend(&backend_ref_of!(b));
         if backend_filters.iter().any(FilterTemplate::replaces_prefix) && !all_prefix(&matches) {
             return Err(PREFIX_NEEDS_PREFIX_MATCH.into());
         }
