@@ -434,7 +434,7 @@ async fn forward(
     let req = req.map(|body| {
         IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()).tapped(taps)
     });
-    let sent = shared.upstreams.send(endpoint, req);
+    let sent = send_upstream(shared, cluster, endpoint, req);
     let result = match rule.timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
             Ok(result) => result,
@@ -445,21 +445,30 @@ async fn forward(
     // Requests with bodies, upgrades and h2c are not retried elsewhere: hyper's client has
     // taken the request by the time it reports the failed connect.
     let mut resp = match result {
-        Ok(resp) => {
-            endpoint.health.success();
-            resp
-        }
-        Err(error) => {
-            if matches!(error, UpstreamError::Connect(_)) {
-                cluster.connect_failed(endpoint);
-            }
-            return upstream_failed(cluster, endpoint, error, &shared.metrics, fail);
-        }
+        Ok(resp) => resp,
+        Err(error) => return upstream_failed(cluster, endpoint, error, &shared.metrics, fail),
     };
 
     let upstream_upgrade = resp.headers().get(UPGRADE).cloned();
     strip_and_maybe_upgrade(conn, &mut resp, downstream_upgrade, upstream_upgrade);
     respond(resp.map(ResponseBody::Upstream), edits)
+}
+
+/// Sends `req` to `endpoint` over hyper's clients and keeps the endpoint's health: a response
+/// counts as a success, a failed connect against it (passive ejection).
+pub(crate) async fn send_upstream(
+    shared: &Shared,
+    cluster: &ClusterState,
+    endpoint: &Endpoint,
+    req: Request<IdleBody>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let result = shared.upstreams.send(endpoint, req).await;
+    match &result {
+        Ok(_) => endpoint.health.success(),
+        Err(UpstreamError::Connect(_)) => cluster.connect_failed(endpoint),
+        Err(_) => {}
+    }
+    result
 }
 
 /// [`forward`] for a rule with a retry policy and a request that can be sent again (see

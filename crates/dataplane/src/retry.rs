@@ -266,18 +266,8 @@ async fn attempt(
     *req.uri_mut() = parts.uri.clone();
     *req.version_mut() = parts.version;
     *req.headers_mut() = parts.headers.clone();
-    match shared.upstreams.send(endpoint, req).await {
-        Ok(resp) => {
-            endpoint.health.success();
-            Ok(resp.map(ResponseBody::Upstream))
-        }
-        Err(error) => {
-            if matches!(error, UpstreamError::Connect(_)) {
-                cluster.connect_failed(endpoint);
-            }
-            Err(error)
-        }
-    }
+    let resp = crate::hyper_path::send_upstream(shared, cluster, endpoint, req).await?;
+    Ok(resp.map(ResponseBody::Upstream))
 }
 
 /// Points a prepared request at another endpoint of the same cluster. HTTP/1 requests name

@@ -77,20 +77,6 @@ async fn stuck_backend() -> SocketAddr {
     addr
 }
 
-async fn metric(admin: SocketAddr, line_start: &str) -> u64 {
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn mirror_counter(cluster: &str, result: &str) -> String {
     format!(
         "gatehouse_mirror_requests_total{{cluster=\"default/{cluster}:80\",result=\"{result}\"}}"

@@ -93,20 +93,6 @@ fn attempts(seen: &Seen, key: &str) -> Vec<usize> {
     seen.lock().unwrap().get(key).cloned().unwrap_or_default()
 }
 
-async fn metric(admin: SocketAddr, line: &str) -> u64 {
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(line))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn retries_metric(cluster: &str, reason: &str) -> String {
     format!("gatehouse_route_retries_total{{cluster=\"default/{cluster}:80\",reason=\"{reason}\"}}")
 }
