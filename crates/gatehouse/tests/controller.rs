@@ -324,14 +324,11 @@ fn client_for() -> reqwest::Client {
     client()
 }
 
-async fn metric(admin: SocketAddr, name: &str) -> f64 {
-    let text = reqwest::get(format!("http://{admin}/metrics"))
+/// The sum of every series of `name` (all label sets).
+async fn metric_sum(admin: SocketAddr, name: &str) -> f64 {
+    metrics_text(admin)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -403,7 +400,7 @@ async fn two_replicas_elect_one_status_writer_and_fail_over() {
     )
     .await;
     assert!(
-        metric(
+        metric_sum(
             first.admin_address,
             "gatehouse_status_writes_total{result=\"patched\"}"
         )
@@ -411,7 +408,7 @@ async fn two_replicas_elect_one_status_writer_and_fail_over() {
             > 0.0
     );
     assert_eq!(
-        metric(
+        metric_sum(
             second.admin_address,
             "gatehouse_status_writes_total{result=\"patched\"}"
         )
@@ -442,7 +439,7 @@ async fn two_replicas_elect_one_status_writer_and_fail_over() {
     )
     .await;
     assert!(
-        metric(
+        metric_sum(
             second.admin_address,
             "gatehouse_status_writes_total{result=\"patched\"}"
         )

@@ -170,15 +170,21 @@ pub mod kube;
 /// The value of the first line of the gateway's `/metrics` that starts with `line_start` (a
 /// metric name with its labels); 0 when there is none yet.
 pub async fn metric(admin: SocketAddr, line_start: &str) -> u64 {
-    let text = reqwest::get(format!("http://{admin}/metrics"))
+    metrics_text(admin)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// The gateway's `/metrics` page.
+pub async fn metrics_text(admin: SocketAddr) -> String {
+    reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
