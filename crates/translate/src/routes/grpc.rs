@@ -4,7 +4,7 @@
 //! rule ([`RouteRule::Http`]) whose path match is made from the method match: the data plane's
 //! HTTP router, filters and balancer serve it unchanged. What differs from HTTPRoute is
 //! translated here: method matches, the smaller set of filters, and backends that are always
-//! spoken to over HTTP/2 ([`RuleCtx::grpc_backend`]).
+//! spoken to over HTTP/2 ([`RouteKind::HTTP2_BACKENDS`]).
 
 use super::http::{BackendTemplate, FilterTemplate, RuleTemplate, filters, matches};
 use super::{
@@ -24,6 +24,7 @@ route_status_from!(GrpcRouteStatus);
 
 impl RouteKind for GrpcRoute {
     const PROTOCOLS: &'static [&'static str] = &["HTTP", "HTTPS"];
+    const HTTP2_BACKENDS: bool = true;
 
     fn parent_refs(&self) -> Vec<ParentRef> {
         self.spec
@@ -77,7 +78,7 @@ fn rule(
         for f in b.filters.iter().flatten() {
             backend_filters.extend(backend_filter(f, ctx)?);
         }
-        let resolved = ctx.grpc_backend(&crate::backends::backend_ref_of!(b));
+        let resolved = ctx.backend(&crate::backends::backend_ref_of!(b));
         backends.push(BackendTemplate {
             weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
             target: resolved.target,
@@ -194,13 +195,13 @@ macro_rules! grpc_filter_from {
                     let Some(m) = f.request_mirror.as_ref() else {
                         return Err("RequestMirror needs requestMirror".into());
                     };
-                    // The mirror's copy is a gRPC call too: its backend speaks HTTP/2.
-                    return filters::mirror_to(
+                    // The mirror's copy is a gRPC call too: `ctx` resolves its backend over
+                    // HTTP/2 as the rule's.
+                    return filters::mirror(
                         &crate::backends::backend_ref_of!(m.backend_ref),
                         m.percent,
                         m.fraction.as_ref().map(|f| (f.numerator, f.denominator)),
                         ctx,
-                        true,
                     );
                 }
                 $kind::ExtensionRef => return Err(filters::unsupported("ExtensionRef")),

@@ -33,6 +33,9 @@ use std::rc::Rc;
 pub trait RouteKind: Kind {
     /// Listener protocols that take this kind when `allowedRoutes.kinds` is not set.
     const PROTOCOLS: &'static [&'static str];
+    /// Its HTTP backends are spoken to over HTTP/2 whatever their Service port's appProtocol
+    /// (GRPCRoute: gRPC has no HTTP/1.1 mapping); [`RuleCtx::backend`] resolves accordingly.
+    const HTTP2_BACKENDS: bool = false;
 
     fn parent_refs(&self) -> Vec<ParentRef>;
     fn hostnames(&self) -> &[String];
@@ -163,6 +166,8 @@ pub struct RuleCtx<'b, 'a> {
     /// backendRef problems, for ResolvedRefs (the first one is reported).
     problems: Vec<RefProblem>,
     route: ir::RouteRef,
+    /// [`RouteKind::HTTP2_BACKENDS`] of the route's kind.
+    http2_backends: bool,
 }
 
 /// A resolved backendRef: where its traffic goes.
@@ -182,18 +187,16 @@ impl RuleCtx<'_, '_> {
         }
     }
 
-    /// Resolves a backendRef. A reference that cannot be used becomes an invalid target (its
-    /// share of the traffic is answered 500) and its problem is recorded for ResolvedRefs.
+    /// Resolves a backendRef (of a rule or a mirror), over HTTP/2 for a kind that asks for it
+    /// ([`RouteKind::HTTP2_BACKENDS`], [`Backends::resolve_grpc`]). A reference that cannot be
+    /// used becomes an invalid target (its share of the traffic is answered 500) and its
+    /// problem is recorded for ResolvedRefs.
     pub fn backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
-        let resolved = self.backends.resolve(self.referrer, r);
-        self.resolved(resolved)
-    }
-
-    /// Resolves a backendRef of a GRPCRoute: an HTTP/2 backend whatever the Service port's
-    /// appProtocol (see [`Backends::resolve_grpc`]), recording problems as
-    /// [`RuleCtx::backend`] does.
-    pub fn grpc_backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
-        let resolved = self.backends.resolve_grpc(self.referrer, r);
+        let resolved = if self.http2_backends {
+            self.backends.resolve_grpc(self.referrer, r)
+        } else {
+            self.backends.resolve(self.referrer, r)
+        };
         self.resolved(resolved)
     }
 
@@ -318,6 +321,7 @@ fn attach_route<R: RouteKind>(
             name: key.name.clone(),
             rule: 0,
         },
+        http2_backends: R::HTTP2_BACKENDS,
     };
     let translated = route.rules(&mut rule_ctx);
     let ref_problems = rule_ctx.problems;

@@ -128,17 +128,6 @@ pub fn mirror(
     fraction: Option<(i32, Option<i32>)>,
     ctx: &mut RuleCtx<'_, '_>,
 ) -> Result<Option<FilterTemplate>, String> {
-    mirror_to(backend, percent, fraction, ctx, false)
-}
-
-/// [`mirror`], to a gRPC backend (HTTP/2 whatever its appProtocol) when `grpc`.
-pub fn mirror_to(
-    backend: &BackendRef<'_>,
-    percent: Option<i32>,
-    fraction: Option<(i32, Option<i32>)>,
-    ctx: &mut RuleCtx<'_, '_>,
-    grpc: bool,
-) -> Result<Option<FilterTemplate>, String> {
     let (numerator, denominator) = match (percent, fraction) {
         (Some(_), Some(_)) => {
             return Err("RequestMirror may set percent or fraction, not both".into());
@@ -160,11 +149,7 @@ pub fn mirror_to(
         }
         (None, None) => (1, 1),
     };
-    let resolved = if grpc {
-        ctx.grpc_backend(backend)
-    } else {
-        ctx.backend(backend)
-    };
+    let resolved = ctx.backend(backend);
     let ir::BackendTarget::Cluster(cluster) = resolved.target else {
         return Ok(None);
     };
