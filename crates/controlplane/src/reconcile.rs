@@ -10,7 +10,7 @@
 //! and translating run on the blocking pool, so a large configuration never delays requests.
 
 use crate::kubernetes::Written;
-use crate::metrics::ResultLabel;
+use crate::metrics::{ControlMetrics, ResultLabel};
 use crate::source::{Source, SourceSnapshot};
 use crate::state::{ControlState, Published};
 use crate::status_report;
@@ -60,6 +60,8 @@ pub trait StatusSink: Send + 'static {
         config: &'a ir::Config,
         infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
     ) -> BoxFuture<'a, Option<Written>>;
+    /// Counts what it writes in the reconcile loop's metrics.
+    fn attach_metrics(&mut self, metrics: &ControlMetrics);
     /// Stops for good (a leader releases its Lease so another takes over at once).
     fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -100,7 +102,8 @@ impl<S: Source> Reconciler<S> {
         self
     }
 
-    pub fn status_sink(mut self, sink: Box<dyn StatusSink>) -> Self {
+    pub fn status_sink(mut self, mut sink: Box<dyn StatusSink>) -> Self {
+        sink.attach_metrics(&self.state.metrics);
         self.status = Some(sink);
         self
     }
@@ -170,18 +173,11 @@ impl<S: Source> Reconciler<S> {
         let infrastructure = std::mem::take(&mut output.infrastructure);
         let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
         let config = self.state.published.load_full().config.clone();
-        if let Some(sink) = self.status.as_mut()
-            && let Some(w) = sink
-                .write(&snapshot.input, status, &config, &infrastructure)
-                .await
-        {
-            let m = &self.state.metrics.status_writes;
-            m.get_or_create(&ResultLabel { result: "patched" })
-                .inc_by(w.patched as u64);
-            m.get_or_create(&ResultLabel { result: "conflict" })
-                .inc_by(w.conflicts as u64);
-            m.get_or_create(&ResultLabel { result: "failed" })
-                .inc_by(w.failed as u64);
+        if let Some(sink) = self.status.as_mut() {
+            // Returns once the patches are queued; the sink's writer counts them in
+            // gatehouse_status_writes_total as they finish.
+            sink.write(&snapshot.input, status, &config, &infrastructure)
+                .await;
         }
     }
 }

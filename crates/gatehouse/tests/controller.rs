@@ -334,6 +334,88 @@ async fn metric_sum(admin: SocketAddr, name: &str) -> f64 {
         .sum()
 }
 
+/// A burst of routes created at once: every one is Accepted, and the status writer, with
+/// many patches in flight while reconciles go on, never conflicts with its own writes (a
+/// snapshot taken before one of our patches landed must not be patched again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    const ROUTES: usize = 80;
+    let env = Env::new();
+    let mut host = TestHost::new();
+    let a = host.echo(9005, "a").await;
+    env.base_objects();
+    env.service("svc", &[a]);
+    let running = start(env.options("127.0.0.1", None), kube_client().await)
+        .await
+        .unwrap();
+    eventually(
+        "the Gateway is Programmed",
+        Duration::from_secs(20),
+        || async {
+            env.condition("gateway", "gw", &["status", "conditions"], "Programmed")
+                == tt("True", "Programmed")
+        },
+    )
+    .await;
+    let burst: String = (0..ROUTES)
+        .map(|i| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: b{i}, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [b{i}.example.com]\n  rules: [{{backendRefs: [{{name: svc, port: 80}}]}}]\n---\n",
+                ns = env.ns
+            )
+        })
+        .collect();
+    apply(&burst);
+    eventually(
+        "every route of the burst is Accepted",
+        Duration::from_secs(30),
+        || async {
+            let list: serde_json::Value = serde_json::from_str(&kubectl(
+                &["get", "httproute", "-n", &env.ns, "-o", "json"],
+                None,
+            ))
+            .unwrap();
+            let accepted = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| {
+                    r["status"]["parents"][0]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+                })
+                .count();
+            accepted == ROUTES
+        },
+    )
+    .await;
+    eventually(
+        "the Gateway counts every route",
+        Duration::from_secs(20),
+        || async {
+            get("gateway", &env.ns, "gw")["status"]["listeners"][0]["attachedRoutes"] == ROUTES
+        },
+    )
+    .await;
+    let admin = running.admin_address;
+    let patched = metric_sum(admin, "gatehouse_status_writes_total{result=\"patched\"}").await;
+    let conflicts = metric_sum(admin, "gatehouse_status_writes_total{result=\"conflict\"}").await;
+    let failed = metric_sum(admin, "gatehouse_status_writes_total{result=\"failed\"}").await;
+    eprintln!("burst of {ROUTES}: {patched} patches, {conflicts} conflicts, {failed} failed");
+    assert!(
+        patched >= ROUTES as f64,
+        "{patched} patches for {ROUTES} routes"
+    );
+    assert_eq!(conflicts, 0.0, "the writer conflicted with its own patches");
+    assert_eq!(failed, 0.0);
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_elect_one_status_writer_and_fail_over() {
     if kubeconfig().is_none() {

@@ -2,6 +2,7 @@
 
 use super::service::ServiceKeeper;
 use super::{LeaderElection, StatusWriter, Written};
+use crate::metrics::ControlMetrics;
 use crate::provision::spec::{proxy_spec, unsupported_addresses};
 use crate::provision::{Desired, Provisioner};
 use crate::reconcile::StatusSink;
@@ -93,13 +94,19 @@ impl KubeStatus {
 impl StatusSink for KubeStatus {
     fn changed(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async {
-            match self.leader.as_mut() {
-                Some((_, rx)) => {
-                    if rx.changed().await.is_err() {
-                        std::future::pending::<()>().await;
+            let leader_changed = async {
+                match self.leader.as_mut() {
+                    Some((_, rx)) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
                     }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
+            };
+            tokio::select! {
+                _ = leader_changed => {}
+                _ = self.writer.retry_wanted() => {}
             }
         })
     }
@@ -118,6 +125,8 @@ impl StatusSink for KubeStatus {
                 p.server.set_accepting(leader);
             }
             if !leader {
+                // Whatever this replica queued as leader is the new leader's to write now.
+                self.writer.forget_pending();
                 return None;
             }
             if let Some(p) = self.provisioning.as_mut() {
@@ -126,17 +135,16 @@ impl StatusSink for KubeStatus {
             if let Some(service) = self.service.as_mut() {
                 service.sync(config).await;
             }
-            let w = self.writer.write(input, status).await;
-            if w.patched + w.conflicts + w.failed > 0 {
-                tracing::debug!(
-                    patched = w.patched,
-                    conflicts = w.conflicts,
-                    failed = w.failed,
-                    "status written"
-                );
+            let w = self.writer.write(input, status);
+            if w.queued + w.stale > 0 {
+                tracing::debug!(queued = w.queued, stale = w.stale, "status queued");
             }
             Some(w)
         })
+    }
+
+    fn attach_metrics(&mut self, metrics: &ControlMetrics) {
+        self.writer.count_in(metrics.status_writes.clone());
     }
 
     fn stop(self: Box<Self>) -> BoxFuture<'static, ()> {

@@ -1,4 +1,5 @@
-//! Writes computed status back to the API, minimally and without fighting other controllers.
+//! Writes computed status back to the API, minimally, off the reconcile loop, and without
+//! fighting other controllers or itself.
 //!
 //! - Only differences are written: the new status is compared with what the object carries
 //!   (conditions keep their lastTransitionTime while unchanged, so equal means equal).
@@ -7,36 +8,64 @@
 //! - Every write is a merge patch carrying the resourceVersion that was read, so a concurrent
 //!   change makes it fail with a conflict instead of overwriting; the change that caused the
 //!   conflict triggers the next reconcile, which writes again.
+//! - Patches run on a task of their own, [`PATCHES_IN_FLIGHT`] at a time, so a burst of new
+//!   routes never holds the reconcile loop on API round trips. Per object the newest status
+//!   wins: a patch not yet sent is replaced by a newer one, and at most one per object is in
+//!   flight.
+//! - A snapshot that still shows the resourceVersion one of our own patches carried predates
+//!   that patch: its object is left alone, because the watch event of our write is on its way
+//!   and triggers the reconcile that sees the object as it is now. Patching from the stale copy
+//!   would only earn a conflict (this is what made concurrent writes conflict by the hundred).
+//! - A write that fails for another reason (the API server unreachable) asks for another
+//!   reconcile a second later ([`StatusWriter::retry_wanted`]), since no event will.
 //!
 //! Every kind of the registry with a [`StatusShape`] other than `None` is written; nothing here
 //! names a kind.
 
 use super::source::api_in;
+use crate::metrics::ResultLabel;
 use futures_util::future::BoxFuture;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use gatehouse_translate::kinds::{Kind, KindVisitor, StatusShape, for_each_kind};
 use gatehouse_translate::{Input, Status, stamp_status};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Status patches in flight at once. The API server's default limit of mutating requests in
 /// flight is 200 for all clients together; this leaves most of it to everyone else.
-const PATCHES_IN_FLIGHT: usize = 32;
+pub const PATCHES_IN_FLIGHT: usize = 32;
+
+/// How long after a failed write (not a conflict) the writer asks for another reconcile.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// One object's status: kind, namespace, name.
+type WriteKey = (String, String, String);
 
 pub struct StatusWriter {
     client: Client,
     controller_name: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-/// What one `write` did.
+/// What one `write` did; the patches themselves are counted by result in the metric
+/// `gatehouse_status_writes_total` as they finish.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
-    pub patched: usize,
+    /// Objects whose status already says what it should.
     pub unchanged: usize,
-    pub conflicts: usize,
-    pub failed: usize,
+    /// Patches queued (a queued patch of the same object not yet sent was replaced).
+    pub queued: usize,
+    /// Objects left alone because the snapshot predates our own patch of them.
+    pub stale: usize,
 }
 
 enum Outcome {
@@ -45,11 +74,50 @@ enum Outcome {
     Failed,
 }
 
+struct Job {
+    resource_version: Option<String>,
+    patch: BoxFuture<'static, Outcome>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Patches not sent yet, newest per object. Ordered so that writes go out in a stable
+    /// order (kinds in registry order would be nicer; by kind name is deterministic enough).
+    pending: BTreeMap<WriteKey, Job>,
+    in_flight: HashSet<WriteKey>,
+    /// The resourceVersion our last patch of each object carried (sent, in flight or done).
+    sent: HashMap<WriteKey, Option<String>>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    work: Notify,
+    retry: Notify,
+    /// Set once the reconcile loop attaches its metrics.
+    counts: OnceLock<Family<ResultLabel, Counter>>,
+}
+
+impl Drop for StatusWriter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 impl StatusWriter {
+    /// Starts the writer's task: call within a Tokio runtime.
     pub fn new(client: Client, controller_name: impl Into<String>) -> Self {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Notify::new(),
+            retry: Notify::new(),
+            counts: OnceLock::new(),
+        });
+        let task = tokio::spawn(send_patches(shared.clone()));
         StatusWriter {
             client,
             controller_name: controller_name.into(),
+            shared,
+            task,
         }
     }
 
@@ -68,8 +136,9 @@ impl StatusWriter {
         carried.1
     }
 
-    /// Stamp `status` against what the objects carry and write what differs.
-    pub async fn write(&self, input: &Input, mut status: Status) -> Written {
+    /// Stamp `status` against what the objects carry and queue a patch of every object whose
+    /// status differs. Returns at once; the patches go out on the writer's task.
+    pub fn write(&self, input: &Input, mut status: Status) -> Written {
         stamp_status(&mut status, &Self::current(input), Timestamp::now());
         let mut plan = Plan {
             input,
@@ -77,36 +146,122 @@ impl StatusWriter {
             ours: &self.controller_name,
             client: &self.client,
             patches: Vec::new(),
-            unchanged: 0,
+            unchanged: Vec::new(),
+            seen: HashSet::new(),
         };
         for_each_kind(&mut plan);
         let mut w = Written {
-            unchanged: plan.unchanged,
+            unchanged: plan.unchanged.len(),
             ..Written::default()
         };
-        // Concurrently, but bounded: one after another, a burst of 1000 new routes took
-        // seconds of round trips before the last one said Accepted; unbounded, it would open a
-        // connection per object and crowd the API server's in-flight limit.
-        let mut outcomes = stream::iter(plan.patches).buffer_unordered(PATCHES_IN_FLIGHT);
-        while let Some(outcome) = outcomes.next().await {
-            match outcome {
-                Outcome::Patched => w.patched += 1,
-                Outcome::Conflict => w.conflicts += 1,
-                Outcome::Failed => w.failed += 1,
+        let mut q = self.shared.queue.lock().expect("never poisoned");
+        let Queue {
+            pending,
+            in_flight,
+            sent,
+        } = &mut *q;
+        for key in &plan.unchanged {
+            pending.remove(key);
+        }
+        for (key, job) in plan.patches {
+            if sent.get(&key) == Some(&job.resource_version) {
+                // Our own patch of this very version is in flight or done: wait for its event.
+                pending.remove(&key);
+                w.stale += 1;
+                continue;
             }
+            pending.insert(key, job);
+            w.queued += 1;
+        }
+        // Forget what can no longer match a snapshot: objects gone, or seen at another version.
+        sent.retain(|k, rv| in_flight.contains(k) || plan.seen.contains(&(k.clone(), rv.clone())));
+        drop(q);
+        if w.queued > 0 {
+            self.shared.work.notify_one();
         }
         w
     }
+
+    /// Counts every finished patch in `counts` by result (patched, conflict, failed).
+    pub fn count_in(&self, counts: Family<ResultLabel, Counter>) {
+        let _ = self.shared.counts.set(counts);
+    }
+
+    /// Drops the patches not sent yet (this replica stopped being the leader).
+    pub fn forget_pending(&self) {
+        let mut q = self.shared.queue.lock().expect("never poisoned");
+        q.pending.clear();
+    }
+
+    /// Resolves when a write failed and the status should be computed and written again.
+    /// Cancel-safe.
+    pub async fn retry_wanted(&self) {
+        self.shared.retry.notified().await
+    }
 }
 
-/// The patches one write sends, one per object whose status differs.
+/// The writer's task: keeps up to [`PATCHES_IN_FLIGHT`] patches running, one per object.
+async fn send_patches(shared: Arc<Shared>) {
+    let mut running = FuturesUnordered::new();
+    loop {
+        {
+            let mut q = shared.queue.lock().expect("never poisoned");
+            while running.len() < PATCHES_IN_FLIGHT {
+                let Some(key) = q
+                    .pending
+                    .keys()
+                    .find(|k| !q.in_flight.contains(*k))
+                    .cloned()
+                else {
+                    break;
+                };
+                let job = q.pending.remove(&key).expect("just found");
+                q.in_flight.insert(key.clone());
+                q.sent.insert(key.clone(), job.resource_version);
+                let patch = job.patch;
+                running.push(async move { (key, patch.await) });
+            }
+        }
+        tokio::select! {
+            Some((key, outcome)) = running.next(), if !running.is_empty() => {
+                let mut q = shared.queue.lock().expect("never poisoned");
+                q.in_flight.remove(&key);
+                let result = match outcome {
+                    Outcome::Patched => "patched",
+                    Outcome::Conflict => "conflict",
+                    Outcome::Failed => "failed",
+                };
+                if !matches!(outcome, Outcome::Patched) {
+                    // Nothing of ours is on its way: the next snapshot must write again.
+                    q.sent.remove(&key);
+                }
+                drop(q);
+                if let Some(counts) = shared.counts.get() {
+                    counts.get_or_create(&ResultLabel { result }).inc();
+                }
+                if matches!(outcome, Outcome::Failed) {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY_AFTER).await;
+                        shared.retry.notify_one();
+                    });
+                }
+            }
+            _ = shared.work.notified() => {}
+        }
+    }
+}
+
+/// The patches one write would send, one per object whose status differs.
 struct Plan<'a> {
     input: &'a Input,
     status: &'a Status,
     ours: &'a str,
     client: &'a Client,
-    patches: Vec<BoxFuture<'static, Outcome>>,
-    unchanged: usize,
+    patches: Vec<(WriteKey, Job)>,
+    unchanged: Vec<WriteKey>,
+    /// Every object with a status, at the version the snapshot shows.
+    seen: HashSet<(WriteKey, Option<String>)>,
 }
 
 impl KindVisitor for Plan<'_> {
@@ -115,6 +270,12 @@ impl KindVisitor for Plan<'_> {
             return;
         }
         for object in K::of(self.input) {
+            let meta = object.meta();
+            let name = meta.name.clone().unwrap_or_default();
+            let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+            let key: WriteKey = (K::kind_name(), namespace, name);
+            let resource_version = meta.resource_version.clone();
+            self.seen.insert((key.clone(), resource_version.clone()));
             let carried = serde_json::to_value(object)
                 .ok()
                 .and_then(|mut v| v.get_mut("status").map(Value::take))
@@ -128,17 +289,16 @@ impl KindVisitor for Plan<'_> {
                 continue;
             };
             if new == carried {
-                self.unchanged += 1;
+                self.unchanged.push(key);
                 continue;
             }
-            let meta = object.meta();
-            let name = meta.name.clone().unwrap_or_default();
-            let api = api_in::<K>(self.client, meta.namespace.as_deref().unwrap_or("default"));
+            let api = api_in::<K>(self.client, &key.1);
             let body = json!({
-                "metadata": { "resourceVersion": meta.resource_version },
+                "metadata": { "resourceVersion": resource_version },
                 "status": new,
             });
-            self.patches.push(Box::pin(async move {
+            let name = key.2.clone();
+            let patch = Box::pin(async move {
                 match api
                     .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
                     .await
@@ -150,7 +310,14 @@ impl KindVisitor for Plan<'_> {
                         Outcome::Failed
                     }
                 }
-            }));
+            });
+            self.patches.push((
+                key,
+                Job {
+                    resource_version,
+                    patch,
+                },
+            ));
         }
     }
 }
