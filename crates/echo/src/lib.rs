@@ -18,6 +18,12 @@
 //!
 //! Invalid control values get a 400 that says why. `Upgrade: websocket` requests get a real
 //! WebSocket handshake, and every text or binary message is echoed back.
+//!
+//! HTTP/2 requests with `content-type: application/grpc…` are answered as a unary gRPC call
+//! that echoes its request: the request's length-prefixed messages come back as they were
+//! sent, with `grpc-status: 0` in the trailers (the gRPC workload of bench/dataplane, and a
+//! backend for GRPCRoutes without a protobuf toolchain). A request body over 4 MiB gets
+//! RESOURCE_EXHAUSTED (8) instead.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -174,6 +180,9 @@ async fn handle(
     if is_websocket(&req) {
         return Ok(websocket(&mut req));
     }
+    if is_grpc(&req) {
+        return Ok(grpc_echo(req).await);
+    }
     let control = match parse_control(req.headers()) {
         Ok(c) => c,
         Err(message) => return Ok(text(StatusCode::BAD_REQUEST, message)),
@@ -302,6 +311,55 @@ fn text(status: StatusCode, message: String) -> Response<EchoBody> {
     r
 }
 
+/// The largest gRPC request body echoed back (messages and their 5-byte prefixes).
+const GRPC_MAX_BODY: usize = 4 << 20;
+
+fn is_grpc(req: &Request<Incoming>) -> bool {
+    req.version() == Version::HTTP_2
+        && req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A unary gRPC call answered with its own request messages and `grpc-status: 0`. The body
+/// is echoed as received: it is already a sequence of length-prefixed messages.
+async fn grpc_echo(req: Request<Incoming>) -> Response<EchoBody> {
+    let mut body = req.into_body();
+    let mut echoed = Vec::new();
+    let mut status = "0";
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    if echoed.len() + data.len() > GRPC_MAX_BODY {
+                        status = "8"; // RESOURCE_EXHAUSTED
+                        echoed.clear();
+                        break;
+                    }
+                    echoed.extend_from_slice(data);
+                }
+            }
+            Err(_) => {
+                status = "1"; // CANCELLED: the client went away or broke framing
+                echoed.clear();
+                break;
+            }
+        }
+    }
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static(status));
+    let mut r = Response::new(EchoBody(BodyKind::Grpc {
+        data: Some(Bytes::from(echoed)).filter(|d| !d.is_empty()),
+        trailers: Some(trailers),
+    }));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    r
+}
+
 fn header_has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
     headers.get_all(name).iter().any(|v| {
         v.to_str()
@@ -409,7 +467,14 @@ struct EchoBody(BodyKind);
 
 enum BodyKind {
     Full(Option<Bytes>),
-    Pattern { remaining: u64 },
+    Pattern {
+        remaining: u64,
+    },
+    /// Data (if any), then trailers.
+    Grpc {
+        data: Option<Bytes>,
+        trailers: Option<HeaderMap>,
+    },
 }
 
 impl EchoBody {
@@ -435,6 +500,13 @@ impl Body for EchoBody {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let frame = match &mut self.get_mut().0 {
+            BodyKind::Grpc { data, trailers } => {
+                let frame = match data.take() {
+                    Some(d) => Some(Frame::data(d)),
+                    None => trailers.take().map(Frame::trailers),
+                };
+                return Poll::Ready(frame.map(Ok));
+            }
             BodyKind::Full(data) => data.take().filter(|d| !d.is_empty()),
             BodyKind::Pattern { remaining } => {
                 if *remaining == 0 {
@@ -453,6 +525,7 @@ impl Body for EchoBody {
         match &self.0 {
             BodyKind::Full(data) => data.as_ref().is_none_or(|d| d.is_empty()),
             BodyKind::Pattern { remaining } => *remaining == 0,
+            BodyKind::Grpc { data, trailers } => data.is_none() && trailers.is_none(),
         }
     }
 
@@ -462,6 +535,9 @@ impl Body for EchoBody {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             BodyKind::Pattern { remaining } => SizeHint::with_exact(*remaining),
+            BodyKind::Grpc { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }
@@ -648,6 +724,34 @@ mod tests {
             assert_eq!(v["query"], "x=y");
             assert_eq!(v["host"], addr.to_string());
         }
+    }
+
+    /// A gRPC call over h2c: the request's framed message comes back with grpc-status 0 in
+    /// the trailers (hyper's client, which exposes trailers).
+    #[tokio::test]
+    async fn grpc_calls_are_echoed_with_trailers() {
+        use http_body_util::Full;
+        let addr = start("grpc").await;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        // One message: not compressed, 3 bytes.
+        let message = Bytes::from_static(&[0, 0, 0, 0, 3, 0x0a, 0x01, 0x41]);
+        let req = Request::post(format!("http://{addr}/bench.Echo/Unary"))
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(message.clone()))
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/grpc");
+        let collected = response.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(collected.to_bytes(), message);
     }
 
     #[tokio::test]
