@@ -122,6 +122,8 @@ impl<S: Source> Reconciler<S> {
         // The source's connectivity is sampled once a second for readiness and metrics;
         // a change of it alone needs no new configuration.
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // The earliest start of the next pass: see `pace`.
+        let mut next_pass = Instant::now();
         loop {
             let source = self.source.as_mut().expect("held between passes");
             let status = self.status.as_mut();
@@ -135,7 +137,13 @@ impl<S: Source> Reconciler<S> {
             };
             self.update_connected();
             if work {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep_until(next_pass.into()) => {}
+                }
+                let started = Instant::now();
                 self.reconcile().await;
+                next_pass = Instant::now() + pace(started.elapsed());
             }
         }
         if let Some(sink) = self.status.take() {
@@ -180,6 +188,20 @@ impl<S: Source> Reconciler<S> {
                 .await;
         }
     }
+}
+
+/// The longest pause `pace` puts between two passes.
+const MAX_PACE: Duration = Duration::from_millis(100);
+
+/// How long after a pass that took `took` the next may start. A pass translates the whole
+/// snapshot, so during a burst of changes (1000 routes created at once, each followed by our
+/// own status write's event) a loop that starts a pass for every event spends a core on
+/// translations a few objects apart, and takes it from the API server the burst is going
+/// through. Waiting as long as the last pass took keeps translation at no more than half of
+/// a core while events keep coming, and lets each pass take in everything that arrived
+/// meanwhile; a change after a quiet moment starts at once (the pause is long over).
+fn pace(took: Duration) -> Duration {
+    took.min(MAX_PACE)
 }
 
 /// Applies a translated configuration to the data plane (only if it changed) and publishes
