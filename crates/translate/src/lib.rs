@@ -89,6 +89,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRetryCodes",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
