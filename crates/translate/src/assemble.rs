@@ -163,7 +163,10 @@ fn listener<'a>(
         }
     }
     ir::Listener {
-        name: l.name.clone(),
+        name: match l.set {
+            None => l.name.clone(),
+            Some(si) => crate::listener_sets::ir_listener_name(&gw.listener_sets[si].key, &l.name),
+        },
         address,
         port: l.port,
         protocol,

@@ -95,6 +95,20 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
         }
     }
+    for (key, s) in &mut status.listener_sets {
+        let old = previous.listener_sets.get(key);
+        shared(
+            s.conditions.as_mut(),
+            old.and_then(|p| p.conditions.as_ref()),
+            now,
+        );
+        for l in s.listeners.iter_mut().flatten() {
+            let old_l = old
+                .and_then(|p| p.listeners.as_ref())
+                .and_then(|ls| ls.iter().find(|o| o.name == l.name));
+            shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
+        }
+    }
     for (key, s) in &mut status.routes {
         let old = previous.routes.get(key);
         for p in &mut s.parents {
@@ -136,6 +150,8 @@ pub mod names {
     pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
     pub const PROTOCOL_CONFLICT: &str = "ProtocolConflict";
     pub const NO_CONFLICTS: &str = "NoConflicts";
+    pub const NOT_ALLOWED: &str = "NotAllowed";
+    pub const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
     pub const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
     pub const NO_MATCHING_LISTENER_HOSTNAME: &str = "NoMatchingListenerHostname";
     pub const NO_MATCHING_PARENT: &str = "NoMatchingParent";

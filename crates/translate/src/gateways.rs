@@ -2,7 +2,8 @@
 
 use crate::conditions::{condition, names::*};
 use crate::infrastructure::{self, Propagated};
-use crate::listener_tls::{self, Problem, TlsProblem};
+use crate::listener_sets::{self, ListenerSetCtx};
+use crate::listener_tls::{self, Owner, Problem, TlsProblem};
 use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, selector_matches};
 use crate::parameters::{self, Layer, ResolvedParameters};
 use crate::refs::Refs;
@@ -15,6 +16,7 @@ use gateway_api::apis::standard::gateways::{
     Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatus,
     GatewayStatusAddresses, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
+use gateway_api::apis::standard::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -103,6 +105,13 @@ pub struct ListenerCtx {
     /// Route kinds this listener accepts (group, kind).
     pub kinds: Vec<(String, String)>,
     pub namespaces: AllowedNamespaces,
+    /// The namespace of the object that declares the listener (the Gateway or a ListenerSet):
+    /// allowedRoutes `Same` means this one.
+    pub namespace: String,
+    /// The ListenerSet that declares it (index in [`GatewayCtx::listener_sets`]), or `None`
+    /// for the Gateway's own listeners. A parentRef reaches a listener only through the
+    /// object that declares it.
+    pub set: Option<usize>,
     pub attached_routes: i32,
     /// HTTPS and TLS listeners whose references all resolved.
     pub tls: Option<ir::ListenerTls>,
@@ -114,6 +123,10 @@ struct ListenerConditions {
     unsupported_protocol: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
+    /// The conflict was decided by precedence (a ListenerSet listener after the one it clashes
+    /// with): this listener is the loser and is refused outright (Accepted=False), while the
+    /// winner is served as if there were no conflict.
+    lost_precedence: bool,
     /// A listener of an older Gateway already serves this address, port and hostname (or
     /// speaks another protocol there): who, for the messages of this listener and its routes.
     taken_by: Option<String>,
@@ -154,12 +167,11 @@ impl ListenerCtx {
 
     pub fn allows_namespace(
         &self,
-        gateway_namespace: &str,
         route_namespace: &str,
         namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
     ) -> bool {
         match &self.namespaces {
-            AllowedNamespaces::Same => gateway_namespace == route_namespace,
+            AllowedNamespaces::Same => self.namespace == route_namespace,
             AllowedNamespaces::All => true,
             AllowedNamespaces::Selector {
                 labels,
@@ -184,7 +196,11 @@ pub struct GatewayCtx<'a> {
     pub parameters: Option<ResolvedParameters>,
     /// spec.infrastructure labels and annotations, checked.
     pub(crate) propagated: Propagated,
+    /// The Gateway's own listeners, then those of each allowed ListenerSet in
+    /// [`listener_sets`](Self::listener_sets) order ([`ListenerCtx::set`]).
     pub listeners: Vec<ListenerCtx>,
+    /// Every ListenerSet that names this Gateway, allowed or not, in precedence order.
+    pub listener_sets: Vec<ListenerSetCtx<'a>>,
     /// spec.tls.backend.clientCertificateRef, resolved to a certificate name.
     pub backend_client_certificate: Result<Option<String>, Problem>,
 }
@@ -202,13 +218,20 @@ enum GatewayProblem {
     UnusableAddress(String),
 }
 
+/// What every Gateway's listeners are built from besides the Gateway itself.
+pub struct GatewayInputs<'i, 'a> {
+    pub listener_sets: &'a [ListenerSet],
+    pub namespace_labels: &'i BTreeMap<String, BTreeMap<String, String>>,
+    pub refs: &'i Refs<'i>,
+}
+
 /// Our Gateways (class accepted and ours), oldest first.
 pub fn gateways<'a>(
     gateways: &'a [Gateway],
     our_classes: &OurClasses<'_>,
     parameters: &parameters::Index<'_>,
     options: &Options,
-    refs: &Refs,
+    inputs: &GatewayInputs<'_, 'a>,
     certificates: &mut BTreeMap<String, ir::Certificate>,
 ) -> Vec<GatewayCtx<'a>> {
     let mut ours: Vec<(&Gateway, Option<Layer>)> = gateways
@@ -222,7 +245,7 @@ pub fn gateways<'a>(
     ours.sort_by_key(|(g, _)| age_key(&g.metadata));
     let mut gateways: Vec<GatewayCtx> = ours
         .into_iter()
-        .map(|(g, class)| gateway(g, class, parameters, options, refs, certificates))
+        .map(|(g, class)| gateway(g, class, parameters, options, inputs, certificates))
         .collect();
     mark_cross_gateway_conflicts(&mut gateways);
     gateways
@@ -305,9 +328,10 @@ fn gateway<'a>(
     class: Option<Layer<'_>>,
     index: &parameters::Index<'_>,
     options: &Options,
-    refs: &Refs,
+    inputs: &GatewayInputs<'_, 'a>,
     certificates: &mut BTreeMap<String, ir::Certificate>,
 ) -> GatewayCtx<'a> {
+    let refs = inputs.refs;
     let key = ObjectKey::of(&gw.metadata);
     let (parameters, problem, address) = match gateway_parameters(gw, &key, class, index) {
         // Invalid parameters leave nothing to provision, so nothing to bind either.
@@ -317,22 +341,54 @@ fn gateway<'a>(
             Err(problem) => (Some(parameters), Some(problem), None),
         },
     };
+    let mut with_tls = |l: &GatewayListeners, owner: Owner<'_>, set: Option<usize>| {
+        let mut ctx = listener(l, owner.namespace, set);
+        if ctx.conditions.unsupported_protocol.is_none() {
+            match listener_tls::listener_tls(gw, owner, l, refs, certificates) {
+                Ok(tls) => ctx.tls = tls,
+                Err(problem) => ctx.conditions.tls_problem = Some(problem),
+            }
+        }
+        ctx
+    };
+    let own = Owner {
+        kind: "Gateway",
+        namespace: &key.namespace,
+    };
     let mut listeners: Vec<ListenerCtx> = gw
         .spec
         .listeners
         .iter()
-        .map(|l| {
-            let mut ctx = listener(l);
-            if ctx.conditions.unsupported_protocol.is_none() {
-                match listener_tls::listener_tls(gw, l, refs, certificates) {
-                    Ok(tls) => ctx.tls = tls,
-                    Err(problem) => ctx.conditions.tls_problem = Some(problem),
-                }
-            }
-            ctx
-        })
+        .map(|l| with_tls(l, own, None))
         .collect();
     mark_conflicts(&mut listeners);
+    let own_count = listeners.len();
+    let mut listener_sets = Vec::new();
+    for ls in listener_sets::naming(inputs.listener_sets, &key) {
+        let set_key = ObjectKey::of(&ls.metadata);
+        let allowed = listener_sets::allowed(
+            gw,
+            &key.namespace,
+            &set_key.namespace,
+            inputs.namespace_labels,
+        );
+        if allowed {
+            let owner = Owner {
+                kind: "ListenerSet",
+                namespace: &set_key.namespace,
+            };
+            for l in &ls.spec.listeners {
+                let l = listener_sets::as_gateway_listener(l);
+                listeners.push(with_tls(&l, owner, Some(listener_sets.len())));
+            }
+        }
+        listener_sets.push(ListenerSetCtx {
+            key: set_key,
+            object: ls,
+            allowed,
+        });
+    }
+    mark_set_conflicts(&mut listeners, own_count);
     let client_ref = gw
         .spec
         .tls
@@ -342,7 +398,10 @@ fn gateway<'a>(
     let backend_client_certificate = match client_ref {
         None => Ok(None),
         Some(r) => listener_tls::secret_ref(
-            &key.namespace,
+            Owner {
+                kind: "Gateway",
+                namespace: &key.namespace,
+            },
             r.group.as_deref(),
             r.kind.as_deref(),
             &r.name,
@@ -366,6 +425,7 @@ fn gateway<'a>(
         parameters,
         propagated: infrastructure::propagated(gw),
         listeners,
+        listener_sets,
         backend_client_certificate,
     }
 }
@@ -428,7 +488,7 @@ fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> Result<IpAddr, G
     Ok(ips.first().copied().unwrap_or(options.default_address))
 }
 
-fn listener(l: &GatewayListeners) -> ListenerCtx {
+fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> ListenerCtx {
     let protocol = l.protocol.clone();
     let supported = crate::routes::kinds_for_protocol(&protocol);
     let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_ref())
@@ -499,6 +559,8 @@ fn listener(l: &GatewayListeners) -> ListenerCtx {
         hostname: l.hostname.as_ref().map(|h| h.to_ascii_lowercase()),
         kinds,
         namespaces,
+        namespace: namespace.to_string(),
+        set,
         attached_routes: 0,
         tls: None,
         conditions,
@@ -537,23 +599,72 @@ fn mark_conflicts(listeners: &mut [ListenerCtx]) {
     }
 }
 
-/// The Gateway's status once routes have been attached (attachedRoutes is known).
+/// Listeners of ListenerSets come after the Gateway's own and lose to every listener before
+/// them: the Gateway's own listeners, then the listeners of older sets, then earlier ones of
+/// the same set (the spec's precedence). A listener that lost is refused (Conflicted) and
+/// keeps nothing from the listeners after it; the Gateway's own listeners are judged among
+/// themselves by [`mark_conflicts`] and are never displaced by a ListenerSet.
+fn mark_set_conflicts(listeners: &mut [ListenerCtx], own: usize) {
+    for i in own..listeners.len() {
+        if listeners[i].conditions.unsupported_protocol.is_some() {
+            continue;
+        }
+        let l = &listeners[i];
+        let mut reason = None;
+        for (j, earlier) in listeners[..i].iter().enumerate() {
+            // The Gateway's own listeners hold their port even when they conflict among
+            // themselves; a ListenerSet's only when it can be served.
+            let holds = if j < own {
+                earlier.protocol_served()
+            } else {
+                earlier.programmable()
+            };
+            if !holds
+                || earlier.port != l.port
+                || earlier.ir_protocol().transport() != l.ir_protocol().transport()
+            {
+                continue;
+            }
+            if family(&earlier.protocol) != family(&l.protocol) {
+                reason = Some(PROTOCOL_CONFLICT);
+                break;
+            } else if earlier.hostname == l.hostname {
+                reason = Some(HOSTNAME_CONFLICT);
+            }
+        }
+        listeners[i].conditions.conflict = reason;
+        listeners[i].conditions.lost_precedence = reason.is_some();
+    }
+}
+
+impl GatewayCtx<'_> {
+    /// Why no listener of the Gateway (or of its ListenerSets) can be programmed, if so.
+    pub(crate) fn problem_message(&self) -> Option<String> {
+        self.problem.as_ref().map(|p| match p {
+            GatewayProblem::Parameters(why) => {
+                format!("the Gateway's parameters are invalid: {why}")
+            }
+            GatewayProblem::Address(why) | GatewayProblem::UnusableAddress(why) => {
+                format!("the Gateway's address cannot be used: {why}")
+            }
+        })
+    }
+}
+
+/// The Gateway's status once routes have been attached (attachedRoutes is known). Only its
+/// own listeners are reported here; those of ListenerSets are in theirs
+/// ([`listener_sets::status`]), and attachedListenerSets is filled in once those are known.
 pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> GatewayStatus {
     let generation = gw.object.metadata.generation;
     // Programmed on each listener says why not with the Gateway's own problem first.
-    let gateway_problem = gw.problem.as_ref().map(|p| match p {
-        GatewayProblem::Parameters(why) => format!("the Gateway's parameters are invalid: {why}"),
-        GatewayProblem::Address(why) | GatewayProblem::UnusableAddress(why) => {
-            format!("the Gateway's address cannot be used: {why}")
-        }
-    });
-    let listeners: Vec<GatewayStatusListeners> = gw
-        .listeners
+    let gateway_problem = gw.problem_message();
+    let own: Vec<&ListenerCtx> = gw.listeners.iter().filter(|l| l.set.is_none()).collect();
+    let listeners: Vec<GatewayStatusListeners> = own
         .iter()
         .map(|l| listener_status(l, gateway_problem.as_deref(), generation))
         .collect();
-    let programmed = gw.listeners.iter().filter(|l| l.programmable()).count();
-    let all_valid = programmed == gw.listeners.len();
+    let programmed = own.iter().filter(|l| l.programmable()).count();
+    let all_valid = programmed == own.len();
 
     let (accepted, programmed_cond) = match &gw.problem {
         Some(GatewayProblem::Parameters(problem)) => (
@@ -599,8 +710,8 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     with_propagation_problems(
                         format!(
                             "{} of {} listeners are not valid",
-                            gw.listeners.len() - programmed,
-                            gw.listeners.len()
+                            own.len() - programmed,
+                            own.len()
                         ),
                         gw,
                     ),
@@ -710,13 +821,24 @@ pub fn accepted(status: &GatewayStatus) -> bool {
         .any(|c| c.type_ == ACCEPTED && c.status == "True")
 }
 
-fn listener_status(
+pub(crate) fn listener_status(
     l: &ListenerCtx,
     gateway_problem: Option<&str>,
     generation: Option<i64>,
 ) -> GatewayStatusListeners {
     let c = &l.conditions;
-    let accepted = if let Some(taken) = &c.taken_by {
+    let lost = c.conflict.filter(|_| c.lost_precedence);
+    let lost_message = || {
+        format!(
+            "a listener with higher precedence (the Gateway's own, or of an older ListenerSet) \
+             already uses port {} ({})",
+            l.port,
+            c.conflict.unwrap_or_default()
+        )
+    };
+    let accepted = if let Some(reason) = lost {
+        condition(ACCEPTED, false, reason, lost_message(), generation)
+    } else if let Some(taken) = &c.taken_by {
         condition(ACCEPTED, false, PORT_UNAVAILABLE, taken.clone(), generation)
     } else if let Some(why) = &c.unsupported_protocol {
         condition(
@@ -796,9 +918,12 @@ fn listener_status(
             .as_ref()
             .map(|t| format!("TLS cannot be served: {}", t.problem.1))
     };
-    let programmed = match not_programmed {
-        None => condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation),
-        Some(why) => condition(PROGRAMMED, false, INVALID, why, generation),
+    let programmed = match (not_programmed, lost) {
+        (_, Some(reason)) if gateway_problem.is_none() => {
+            condition(PROGRAMMED, false, reason, lost_message(), generation)
+        }
+        (None, _) => condition(PROGRAMMED, true, PROGRAMMED, "Programmed", generation),
+        (Some(why), _) => condition(PROGRAMMED, false, INVALID, why, generation),
     };
     let conditions: Vec<Condition> = vec![accepted, programmed, resolved, conflicted];
     GatewayStatusListeners {

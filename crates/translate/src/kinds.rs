@@ -12,7 +12,8 @@ use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    grpcroutes::GrpcRoute, referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
+    grpcroutes::GrpcRoute, listenersets::ListenerSet, referencegrants::ReferenceGrant,
+    tlsroutes::TlsRoute,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -244,6 +245,17 @@ macro_rules! registry {
             }
         }
     };
+    (@role listener_set) => {
+        const STATUS: StatusShape = StatusShape::Whole;
+        fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
+            status.listener_sets.get(&ObjectKey::of(self.meta())).map(json)
+        }
+        fn carried_status(&self, status: &mut Status) {
+            if let Some(s) = &self.status {
+                status.listener_sets.insert(ObjectKey::of(self.meta()), s.clone());
+            }
+        }
+    };
     (@role policy) => {
         const STATUS: StatusShape = StatusShape::Shared("ancestors");
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
@@ -282,6 +294,9 @@ const OPTIONAL: Watch = Watch::All { required: false };
 registry! {
     gateway_classes: GatewayClass, ["v1", "v1beta1"], REQUIRED, cluster, class;
     gateways: Gateway, ["v1", "v1beta1"], REQUIRED, namespaced, gateway;
+    /// More listeners for a Gateway that allows them (spec.allowedListeners). Optional: a
+    /// cluster with Gateway API before v1.5 has no such CRD.
+    listener_sets: ListenerSet, ["v1"], OPTIONAL, namespaced, listener_set;
     http_routes: HttpRoute, ["v1", "v1beta1"], REQUIRED, namespaced, route;
     /// After HTTPRoute: listeners list their default kinds in this order.
     grpc_routes: GrpcRoute, ["v1"], OPTIONAL, namespaced, route;

@@ -14,6 +14,7 @@ pub mod generated;
 pub mod hostname;
 pub mod infrastructure;
 pub mod kinds;
+mod listener_sets;
 mod listener_tls;
 mod names;
 mod objects;
@@ -35,7 +36,7 @@ pub use routes::{ParentRef, RouteKey, RouteKind, RouteParentStatus, RouteStatus}
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicyStatus, gatewayclasses::GatewayClassStatus,
-    gateways::GatewayStatus,
+    gateways::GatewayStatus, listenersets::ListenerSetStatus,
 };
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -88,6 +89,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRetryCodes",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
@@ -162,6 +164,8 @@ impl Default for Options {
 pub struct Status {
     pub gateway_classes: BTreeMap<String, GatewayClassStatus>,
     pub gateways: BTreeMap<ObjectKey, GatewayStatus>,
+    /// ListenerSets whose parentRef names one of our Gateways.
+    pub listener_sets: BTreeMap<ObjectKey, ListenerSetStatus>,
     /// Routes of every kind.
     pub routes: BTreeMap<RouteKey, RouteStatus>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicyStatus>,
@@ -205,15 +209,19 @@ pub fn translate(input: &Input, options: &Options) -> Output {
     );
     let refs = refs::Refs::new(&input.secrets, &input.config_maps, &input.reference_grants);
     let mut certificates: BTreeMap<String, ir::Certificate> = BTreeMap::new();
+    let namespace_labels = namespace_labels(input);
     let mut gws = gateways::gateways(
         &input.gateways,
         &our_classes,
         &parameters,
         options,
-        &refs,
+        &gateways::GatewayInputs {
+            listener_sets: &input.listener_sets,
+            namespace_labels: &namespace_labels,
+            refs: &refs,
+        },
         &mut certificates,
     );
-    let namespace_labels = namespace_labels(input);
     let mut backends = backends::Backends::new(
         &input.services,
         &input.endpoint_slices,
@@ -241,7 +249,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         &input.backend_tls_policies,
         &options.controller_name,
     );
-    let gateway_status: BTreeMap<ObjectKey, _> = gws
+    let mut gateway_status: BTreeMap<ObjectKey, _> = gws
         .iter()
         .map(|g| {
             (
@@ -257,6 +265,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
             )
         })
         .collect();
+    let listener_set_status = listener_set_status(&gws, &mut gateway_status);
     // Decided by the Accepted condition itself, so a Gateway has a data plane exactly when its
     // status says it is accepted.
     let infrastructure = gws
@@ -290,11 +299,40 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         status: Status {
             gateway_classes: class_status,
             gateways: gateway_status,
+            listener_sets: listener_set_status,
             routes: attached.status,
             backend_tls_policies: policy_status,
         },
         infrastructure,
     }
+}
+
+/// The status of every ListenerSet that names one of our Gateways, and each Gateway's
+/// attachedListenerSets (the accepted ones; left unset on Gateways no ListenerSet names, so
+/// their status reads as before ListenerSets existed).
+fn listener_set_status(
+    gws: &[gateways::GatewayCtx],
+    gateway_status: &mut BTreeMap<ObjectKey, GatewayStatus>,
+) -> BTreeMap<ObjectKey, ListenerSetStatus> {
+    let mut out = BTreeMap::new();
+    for g in gws {
+        let Some(gw_status) = gateway_status.get_mut(&g.key) else {
+            continue;
+        };
+        let gateway_accepted = gateways::accepted(gw_status);
+        let mut attached = 0;
+        for (i, set) in g.listener_sets.iter().enumerate() {
+            let status = listener_sets::status(g, i, gateway_accepted);
+            if listener_sets::accepted(&status) {
+                attached += 1;
+            }
+            out.insert(set.key.clone(), status);
+        }
+        if !g.listener_sets.is_empty() {
+            gw_status.attached_listener_sets = Some(attached);
+        }
+    }
+    out
 }
 
 fn namespace_labels(input: &Input) -> BTreeMap<String, BTreeMap<String, String>> {

@@ -36,10 +36,10 @@ impl From<Problem> for TlsProblem {
     }
 }
 
-/// Resolve one `kubernetes.io/tls` Secret reference from a Gateway, registering the
-/// certificate under `namespace/name`.
+/// Resolve one `kubernetes.io/tls` Secret reference from `owner` (a Gateway or a
+/// ListenerSet), registering the certificate under `namespace/name`.
 pub fn secret_ref(
-    gw_namespace: &str,
+    owner: Owner<'_>,
     group: Option<&str>,
     kind: Option<&str>,
     name: &str,
@@ -54,17 +54,18 @@ pub fn secret_ref(
             format!("certificateRef kind {group}/{kind} is not supported; use a Secret"),
         ));
     }
-    let ns = namespace.unwrap_or(gw_namespace);
+    let (from_kind, from_namespace) = (owner.kind, owner.namespace);
+    let ns = namespace.unwrap_or(from_namespace);
     let from = Referrer {
         group: GATEWAY_GROUP,
-        kind: "Gateway",
-        namespace: gw_namespace,
+        kind: from_kind,
+        namespace: from_namespace,
     };
     if !refs.permitted(from, "", "Secret", ns, name) {
         return Err((
             REF_NOT_PERMITTED,
             format!(
-                "no ReferenceGrant in namespace {ns} allows Gateways from {gw_namespace} to use Secret {name}"
+                "no ReferenceGrant in namespace {ns} allows {from_kind}s from {from_namespace} to use Secret {name}"
             ),
         ));
     }
@@ -87,9 +88,19 @@ pub fn secret_ref(
     Ok(name)
 }
 
-/// The listener's TLS, or the problem that keeps it from being served.
+/// The object a listener is declared in: the Gateway itself, or a ListenerSet attached to it.
+/// Its certificateRefs are relative to (and ReferenceGrants name) that object.
+#[derive(Clone, Copy)]
+pub struct Owner<'a> {
+    pub kind: &'a str,
+    pub namespace: &'a str,
+}
+
+/// The listener's TLS, or the problem that keeps it from being served. Client validation
+/// comes from the Gateway's spec.tls.frontend for the listener's port, whoever declared it.
 pub fn listener_tls(
     gw: &Gateway,
+    owner: Owner<'_>,
     l: &GatewayListeners,
     refs: &Refs,
     certificates: &mut BTreeMap<String, ir::Certificate>,
@@ -123,7 +134,7 @@ pub fn listener_tls(
     let mut names = Vec::new();
     for r in cert_refs {
         names.push(secret_ref(
-            &gw_ns,
+            owner,
             r.group.as_deref(),
             r.kind.as_deref(),
             &r.name,

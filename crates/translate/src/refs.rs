@@ -95,6 +95,27 @@ pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
             out.insert(ObjectKey::new(r_ns.unwrap_or(&ns).clone(), name.clone()));
         }
     }
+    // ListenerSets' listener certificates, relative to the ListenerSet. Whether the set is
+    // allowed to attach is translate's call; fetching a few Secrets too many is harmless.
+    for ls in &input.listener_sets {
+        let ns = namespace(&ls.metadata);
+        let refs = ls
+            .spec
+            .listeners
+            .iter()
+            .flat_map(|l| l.tls.iter())
+            .flat_map(|t| t.certificate_refs.iter().flatten())
+            .filter(|r| {
+                r.kind.as_deref().unwrap_or("Secret") == "Secret"
+                    && r.group.as_deref().unwrap_or("").is_empty()
+            });
+        for r in refs {
+            out.insert(ObjectKey::new(
+                r.namespace.clone().unwrap_or_else(|| ns.clone()),
+                r.name.clone(),
+            ));
+        }
+    }
     out
 }
 

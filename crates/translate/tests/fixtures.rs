@@ -216,6 +216,18 @@ impl Case {
                 ]),
             ),
         ]);
+        // Written only where some ListenerSet names one of our Gateways, so that the snapshots
+        // of cases without ListenerSets read as they did before the kind existed.
+        if !status.listener_sets.is_empty() {
+            let entries = status
+                .listener_sets
+                .iter()
+                .map(|(key, s)| (key.to_string(), value(s)))
+                .collect();
+            if let Some(Value::Mapping(map)) = doc.get_mut("status") {
+                map.insert(Value::String("listenerSets".into()), keyed(entries));
+            }
+        }
         // Written only where a Gateway has a data plane to provision, and with the parameters
         // equal to the defaults as a marker: every accepted Gateway has an entry, and spelling
         // out the defaults in each snapshot would hide the cases that change them.

@@ -289,12 +289,36 @@ pub fn attach_kind<R: RouteKind>(routes: &[R], ctx: &mut AttachCtx<'_, '_>, out:
 }
 
 fn names_our_gateway(parents: &[ParentRef], route_ns: &str, gateways: &[GatewayCtx]) -> bool {
-    parents.iter().any(|p| {
-        let ns = p.namespace.as_deref().unwrap_or(route_ns);
-        gateways
+    parents
+        .iter()
+        .any(|p| resolve_parent(p, route_ns, gateways).is_some())
+}
+
+/// The Gateway a parentRef reaches (index in `gateways`) and, for a ListenerSet, which of the
+/// Gateway's ListenerSets: a parentRef selects among the listeners of the object it names,
+/// never those of the other (a Gateway parentRef does not see its ListenerSets' listeners).
+fn resolve_parent(
+    p: &ParentRef,
+    route_ns: &str,
+    gateways: &[GatewayCtx],
+) -> Option<(usize, Option<usize>)> {
+    if p.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
+        return None;
+    }
+    let key = ObjectKey::new(p.namespace.as_deref().unwrap_or(route_ns), p.name.clone());
+    match p.kind.as_deref().unwrap_or("Gateway") {
+        "Gateway" => gateways
             .iter()
-            .any(|g| g.key == ObjectKey::new(ns, p.name.clone()))
-    })
+            .position(|g| g.key == key)
+            .map(|gi| (gi, None)),
+        "ListenerSet" => gateways.iter().enumerate().find_map(|(gi, g)| {
+            g.listener_sets
+                .iter()
+                .position(|s| s.key == key)
+                .map(|si| (gi, Some(si)))
+        }),
+        _ => None,
+    }
 }
 
 fn attach_route<R: RouteKind>(
@@ -446,18 +470,21 @@ fn select_listeners(
     let mut counted: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut out = Vec::new();
     for pref in parents {
-        let group = pref.group.as_deref().unwrap_or(GATEWAY_GROUP);
-        if group != GATEWAY_GROUP || pref.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
-            continue;
-        }
-        let ns = pref.namespace.clone().unwrap_or_else(|| route_ns.clone());
-        let key = ObjectKey::new(ns, pref.name.clone());
-        let Some(gi) = gateways.iter().position(|g| g.key == key) else {
+        let Some((gi, set)) = resolve_parent(pref, &route_ns, gateways) else {
             continue;
         };
         let gw = &mut gateways[gi];
-        let gw_ns = gw.key.namespace.clone();
+        let set_refused = set
+            .map(|si| &gw.listener_sets[si])
+            .filter(|s| !s.allowed)
+            .map(|s| {
+                format!(
+                    "ListenerSet {} is not allowed by its Gateway {}",
+                    s.key, gw.key
+                )
+            });
         let candidates: Vec<usize> = (0..gw.listeners.len())
+            .filter(|&i| gw.listeners[i].set == set)
             .filter(|&i| {
                 pref.section_name
                     .as_ref()
@@ -474,7 +501,7 @@ fn select_listeners(
             .filter(|&i| {
                 let l = &gw.listeners[i];
                 l.allows_kind(GATEWAY_GROUP, kind)
-                    && l.allows_namespace(&gw_ns, &route_ns, namespace_labels)
+                    && l.allows_namespace(&route_ns, namespace_labels)
             })
             .collect();
         let mut listeners: Vec<(usize, Vec<String>)> = allowed
@@ -497,7 +524,9 @@ fn select_listeners(
             }
             _ => None,
         };
-        let accepted = if candidates.is_empty() {
+        let accepted = if let Some(why) = set_refused {
+            condition(ACCEPTED, false, NO_MATCHING_PARENT, why, generation)
+        } else if candidates.is_empty() {
             condition(
                 ACCEPTED,
                 false,
