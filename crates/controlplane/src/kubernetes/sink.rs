@@ -94,19 +94,13 @@ impl KubeStatus {
 impl StatusSink for KubeStatus {
     fn changed(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async {
-            let leader_changed = async {
-                match self.leader.as_mut() {
-                    Some((_, rx)) => {
-                        if rx.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
+            match self.leader.as_mut() {
+                Some((_, rx)) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
                     }
-                    None => std::future::pending().await,
                 }
-            };
-            tokio::select! {
-                _ = leader_changed => {}
-                _ = self.writer.retry_wanted() => {}
+                None => std::future::pending().await,
             }
         })
     }

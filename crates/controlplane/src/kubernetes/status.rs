@@ -16,8 +16,8 @@
 //!   that patch: its object is left alone, because the watch event of our write is on its way
 //!   and triggers the reconcile that sees the object as it is now. Patching from the stale copy
 //!   would only earn a conflict (this is what made concurrent writes conflict by the hundred).
-//! - A write that fails for another reason (the API server unreachable) asks for another
-//!   reconcile a second later ([`StatusWriter::retry_wanted`]), since no event will.
+//! - A write that fails for another reason (the API server unreachable) is forgotten: the next
+//!   reconcile writes that object again (as before the writer had a task of its own).
 //!
 //! Every kind of the registry with a [`StatusShape`] other than `None` is written; nothing here
 //! names a kind.
@@ -36,15 +36,11 @@ use prometheus_client::metrics::family::Family;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Status patches in flight at once. The API server's default limit of mutating requests in
 /// flight is 200 for all clients together; this leaves most of it to everyone else.
 pub const PATCHES_IN_FLIGHT: usize = 32;
-
-/// How long after a failed write (not a conflict) the writer asks for another reconcile.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One object's status: kind, namespace, name.
 type WriteKey = (String, String, String);
@@ -92,7 +88,6 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     work: Notify,
-    retry: Notify,
     /// Set once the reconcile loop attaches its metrics.
     counts: OnceLock<Family<ResultLabel, Counter>>,
 }
@@ -109,7 +104,6 @@ impl StatusWriter {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Notify::new(),
-            retry: Notify::new(),
             counts: OnceLock::new(),
         });
         let task = tokio::spawn(send_patches(shared.clone()));
@@ -192,12 +186,6 @@ impl StatusWriter {
         let mut q = self.shared.queue.lock().expect("never poisoned");
         q.pending.clear();
     }
-
-    /// Resolves when a write failed and the status should be computed and written again.
-    /// Cancel-safe.
-    pub async fn retry_wanted(&self) {
-        self.shared.retry.notified().await
-    }
 }
 
 /// The writer's task: keeps up to [`PATCHES_IN_FLIGHT`] patches running, one per object.
@@ -238,13 +226,6 @@ async fn send_patches(shared: Arc<Shared>) {
                 drop(q);
                 if let Some(counts) = shared.counts.get() {
                     counts.get_or_create(&ResultLabel { result }).inc();
-                }
-                if matches!(outcome, Outcome::Failed) {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(RETRY_AFTER).await;
-                        shared.retry.notify_one();
-                    });
                 }
             }
             _ = shared.work.notified() => {}
