@@ -81,34 +81,28 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             .and_then(|p| p.conditions.as_ref());
         shared(s.conditions.as_mut(), old, now);
     }
-    for (key, s) in &mut status.gateways {
-        let old = previous.gateways.get(key);
-        shared(
-            s.conditions.as_mut(),
-            old.and_then(|p| p.conditions.as_ref()),
-            now,
-        );
-        for l in s.listeners.iter_mut().flatten() {
-            let old_l = old
-                .and_then(|p| p.listeners.as_ref())
-                .and_then(|ls| ls.iter().find(|o| o.name == l.name));
-            shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
-        }
+    // Gateways and ListenerSets: distinct generated status types of the same shape, conditions
+    // on the object and on each listener (matched by name).
+    macro_rules! with_listeners {
+        ($new:expr, $old:expr) => {
+            for (key, s) in $new {
+                let old = $old.get(key);
+                shared(
+                    s.conditions.as_mut(),
+                    old.and_then(|p| p.conditions.as_ref()),
+                    now,
+                );
+                for l in s.listeners.iter_mut().flatten() {
+                    let old_l = old
+                        .and_then(|p| p.listeners.as_ref())
+                        .and_then(|ls| ls.iter().find(|o| o.name == l.name));
+                    shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
+                }
+            }
+        };
     }
-    for (key, s) in &mut status.listener_sets {
-        let old = previous.listener_sets.get(key);
-        shared(
-            s.conditions.as_mut(),
-            old.and_then(|p| p.conditions.as_ref()),
-            now,
-        );
-        for l in s.listeners.iter_mut().flatten() {
-            let old_l = old
-                .and_then(|p| p.listeners.as_ref())
-                .and_then(|ls| ls.iter().find(|o| o.name == l.name));
-            shared(Some(&mut l.conditions), old_l.map(|o| &o.conditions), now);
-        }
-    }
+    with_listeners!(&mut status.gateways, previous.gateways);
+    with_listeners!(&mut status.listener_sets, previous.listener_sets);
     for (key, s) in &mut status.routes {
         let old = previous.routes.get(key);
         for p in &mut s.parents {

@@ -84,7 +84,8 @@ pub fn classes<'a>(
     (statuses, accepted)
 }
 
-/// Which namespaces a listener admits routes from.
+/// Which namespaces a listener admits routes from (allowedRoutes), or a Gateway admits
+/// ListenerSets from (allowedListeners).
 #[derive(Clone, Debug)]
 pub enum AllowedNamespaces {
     Same,
@@ -94,6 +95,53 @@ pub enum AllowedNamespaces {
         expressions: Vec<(String, String, Vec<String>)>,
     },
 }
+
+impl AllowedNamespaces {
+    /// Does this admit an object in `namespace`, for an owner in `own_namespace`?
+    pub fn admits(
+        &self,
+        own_namespace: &str,
+        namespace: &str,
+        namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> bool {
+        match self {
+            AllowedNamespaces::Same => own_namespace == namespace,
+            AllowedNamespaces::All => true,
+            AllowedNamespaces::Selector {
+                labels,
+                expressions,
+            } => {
+                let empty = BTreeMap::new();
+                let ns_labels = namespace_labels.get(namespace).unwrap_or(&empty);
+                selector_matches(labels.as_ref(), expressions, ns_labels)
+            }
+        }
+    }
+}
+
+/// A generated namespace selector as [`AllowedNamespaces::Selector`]: allowedRoutes' and
+/// allowedListeners' are distinct generated types with the same fields.
+macro_rules! namespace_selector {
+    ($selector:expr) => {{
+        let sel = $selector;
+        $crate::gateways::AllowedNamespaces::Selector {
+            labels: sel.and_then(|s| s.match_labels.clone()),
+            expressions: sel
+                .and_then(|s| s.match_expressions.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    (
+                        e.key.clone(),
+                        e.operator.clone(),
+                        e.values.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        }
+    }};
+}
+pub(crate) use namespace_selector;
 
 /// One listener as translate sees it while attaching routes.
 #[derive(Debug)]
@@ -123,10 +171,6 @@ struct ListenerConditions {
     unsupported_protocol: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
-    /// The conflict was decided by precedence (a ListenerSet listener after the one it clashes
-    /// with): this listener is the loser and is refused outright (Accepted=False), while the
-    /// winner is served as if there were no conflict.
-    lost_precedence: bool,
     /// A listener of an older Gateway already serves this address, port and hostname (or
     /// speaks another protocol there): who, for the messages of this listener and its routes.
     taken_by: Option<String>,
@@ -165,23 +209,22 @@ impl ListenerCtx {
         self.kinds.iter().any(|(g, k)| g == group && k == kind)
     }
 
+    /// The conflict this ListenerSet listener lost to a listener before it on the same
+    /// Gateway ([`mark_set_conflicts`]): it is refused outright (Accepted=False), while the
+    /// winner is served as if there were no conflict. A clash with another Gateway's listener
+    /// (`taken_by`) is reported as that instead.
+    fn lost_precedence(&self) -> Option<&'static str> {
+        let c = &self.conditions;
+        self.set.and(c.conflict).filter(|_| c.taken_by.is_none())
+    }
+
     pub fn allows_namespace(
         &self,
         route_namespace: &str,
         namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
     ) -> bool {
-        match &self.namespaces {
-            AllowedNamespaces::Same => self.namespace == route_namespace,
-            AllowedNamespaces::All => true,
-            AllowedNamespaces::Selector {
-                labels,
-                expressions,
-            } => {
-                let empty = BTreeMap::new();
-                let ns_labels = namespace_labels.get(route_namespace).unwrap_or(&empty);
-                selector_matches(labels.as_ref(), expressions, ns_labels)
-            }
-        }
+        self.namespaces
+            .admits(&self.namespace, route_namespace, namespace_labels)
     }
 }
 
@@ -532,22 +575,7 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
         Some(ns) => match ns.from {
             Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => AllowedNamespaces::All,
             Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
-                let sel = ns.selector.as_ref();
-                AllowedNamespaces::Selector {
-                    labels: sel.and_then(|s| s.match_labels.clone()),
-                    expressions: sel
-                        .and_then(|s| s.match_expressions.as_ref())
-                        .into_iter()
-                        .flatten()
-                        .map(|e| {
-                            (
-                                e.key.clone(),
-                                e.operator.clone(),
-                                e.values.clone().unwrap_or_default(),
-                            )
-                        })
-                        .collect(),
-                }
+                namespace_selector!(ns.selector.as_ref())
             }
             _ => AllowedNamespaces::Same,
         },
@@ -633,7 +661,6 @@ fn mark_set_conflicts(listeners: &mut [ListenerCtx], own: usize) {
             }
         }
         listeners[i].conditions.conflict = reason;
-        listeners[i].conditions.lost_precedence = reason.is_some();
     }
 }
 
@@ -827,7 +854,7 @@ pub(crate) fn listener_status(
     generation: Option<i64>,
 ) -> GatewayStatusListeners {
     let c = &l.conditions;
-    let lost = c.conflict.filter(|_| c.lost_precedence);
+    let lost = l.lost_precedence();
     let lost_message = || {
         format!(
             "a listener with higher precedence (the Gateway's own, or of an older ListenerSet) \

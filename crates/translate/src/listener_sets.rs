@@ -8,8 +8,8 @@
 //! name the ListenerSet; a parentRef to the Gateway only sees the Gateway's own listeners).
 
 use crate::conditions::{condition, names::*};
-use crate::gateways::{GatewayCtx, listener_status};
-use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace, selector_matches};
+use crate::gateways::{AllowedNamespaces, GatewayCtx, listener_status, namespace_selector};
+use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace};
 use gateway_api::apis::standard::gateways::{
     Gateway, GatewayAllowedListenersNamespacesFrom, GatewayListeners,
 };
@@ -64,32 +64,15 @@ pub fn allowed(
     else {
         return false;
     };
-    match ns.from {
-        Some(GatewayAllowedListenersNamespacesFrom::All) => true,
-        Some(GatewayAllowedListenersNamespacesFrom::Same) => gw_namespace == set_namespace,
+    let admits = match ns.from {
+        Some(GatewayAllowedListenersNamespacesFrom::All) => AllowedNamespaces::All,
+        Some(GatewayAllowedListenersNamespacesFrom::Same) => AllowedNamespaces::Same,
         Some(GatewayAllowedListenersNamespacesFrom::Selector) => {
-            let sel = ns.selector.as_ref();
-            let expressions: Vec<(String, String, Vec<String>)> = sel
-                .and_then(|s| s.match_expressions.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|e| {
-                    (
-                        e.key.clone(),
-                        e.operator.clone(),
-                        e.values.clone().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            let empty = BTreeMap::new();
-            selector_matches(
-                sel.and_then(|s| s.match_labels.as_ref()),
-                &expressions,
-                namespace_labels.get(set_namespace).unwrap_or(&empty),
-            )
+            namespace_selector!(ns.selector.as_ref())
         }
-        Some(GatewayAllowedListenersNamespacesFrom::None) | None => false,
-    }
+        Some(GatewayAllowedListenersNamespacesFrom::None) | None => return false,
+    };
+    admits.admits(gw_namespace, set_namespace, namespace_labels)
 }
 
 /// A ListenerSet listener as a Gateway listener: the two generated types have the same fields

@@ -67,6 +67,11 @@ impl<'a> Refs<'a> {
     }
 }
 
+/// Does a certificate reference (group, kind, both defaulted) name a core Secret?
+fn names_secret(group: Option<&str>, kind: Option<&str>) -> bool {
+    kind.unwrap_or("Secret") == "Secret" && group.unwrap_or("").is_empty()
+}
+
 /// The Secrets that Gateways reference: listener certificates and backend client certificates.
 /// A source that cannot hold every Secret (the Kubernetes one) fetches exactly these.
 pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
@@ -79,10 +84,7 @@ pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
             .iter()
             .flat_map(|l| l.tls.iter())
             .flat_map(|t| t.certificate_refs.iter().flatten())
-            .filter(|r| {
-                r.kind.as_deref().unwrap_or("Secret") == "Secret"
-                    && r.group.as_deref().unwrap_or("").is_empty()
-            })
+            .filter(|r| names_secret(r.group.as_deref(), r.kind.as_deref()))
             .map(|r| (r.namespace.as_ref(), &r.name));
         let client_certificate = gw
             .spec
@@ -105,15 +107,10 @@ pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
             .iter()
             .flat_map(|l| l.tls.iter())
             .flat_map(|t| t.certificate_refs.iter().flatten())
-            .filter(|r| {
-                r.kind.as_deref().unwrap_or("Secret") == "Secret"
-                    && r.group.as_deref().unwrap_or("").is_empty()
-            });
-        for r in refs {
-            out.insert(ObjectKey::new(
-                r.namespace.clone().unwrap_or_else(|| ns.clone()),
-                r.name.clone(),
-            ));
+            .filter(|r| names_secret(r.group.as_deref(), r.kind.as_deref()))
+            .map(|r| (r.namespace.as_ref(), &r.name));
+        for (r_ns, name) in refs {
+            out.insert(ObjectKey::new(r_ns.unwrap_or(&ns).clone(), name.clone()));
         }
     }
     out
