@@ -9,7 +9,6 @@
 //! `gatehouse controller` only choose the source, the publisher and the status sink. Reading
 //! and translating run on the blocking pool, so a large configuration never delays requests.
 
-use crate::kubernetes::Written;
 use crate::metrics::{ControlMetrics, ResultLabel};
 use crate::source::{Source, SourceSnapshot};
 use crate::state::{ControlState, Published};
@@ -52,14 +51,14 @@ pub trait StatusSink: Send + 'static {
     /// just became the leader). Cancel-safe.
     fn changed(&mut self) -> BoxFuture<'_, ()>;
     /// Writes `status` (and brings what depends on `config` up to date) if this replica
-    /// writes at all; `None` if it did not try.
+    /// writes at all. Returns once the writes are queued.
     fn write<'a>(
         &'a mut self,
         input: &'a Input,
         status: Status,
         config: &'a ir::Config,
         infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
-    ) -> BoxFuture<'a, Option<Written>>;
+    ) -> BoxFuture<'a, ()>;
     /// Counts what it writes in the reconcile loop's metrics.
     fn attach_metrics(&mut self, metrics: &ControlMetrics);
     /// Stops for good (a leader releases its Lease so another takes over at once).
@@ -182,8 +181,8 @@ impl<S: Source> Reconciler<S> {
         let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
         let config = self.state.published.load_full().config.clone();
         if let Some(sink) = self.status.as_mut() {
-            // Returns once the patches are queued; the sink's writer counts them in
-            // gatehouse_status_writes_total as they finish.
+            // The sink's writer counts the patches in gatehouse_status_writes_total as they
+            // finish.
             sink.write(&snapshot.input, status, &config, &infrastructure)
                 .await;
         }

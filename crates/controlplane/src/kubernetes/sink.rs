@@ -1,7 +1,7 @@
 //! Status to the API server, written only by the replica that holds the Lease.
 
 use super::service::ServiceKeeper;
-use super::{LeaderElection, StatusWriter, Written};
+use super::{LeaderElection, StatusWriter};
 use crate::metrics::ControlMetrics;
 use crate::provision::spec::{proxy_spec, unsupported_addresses};
 use crate::provision::{Desired, Provisioner};
@@ -111,7 +111,7 @@ impl StatusSink for KubeStatus {
         status: Status,
         config: &'a ir::Config,
         infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
-    ) -> BoxFuture<'a, Option<Written>> {
+    ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let leader = self.leader.as_ref().is_none_or(|(l, _)| l.is_leader());
             if let Some(p) = self.provisioning.as_ref() {
@@ -121,7 +121,7 @@ impl StatusSink for KubeStatus {
             if !leader {
                 // Whatever this replica queued as leader is the new leader's to write now.
                 self.writer.forget_pending();
-                return None;
+                return;
             }
             if let Some(p) = self.provisioning.as_mut() {
                 p.sync(input, infrastructure).await;
@@ -133,7 +133,6 @@ impl StatusSink for KubeStatus {
             if w.queued + w.stale > 0 {
                 tracing::debug!(queued = w.queued, stale = w.stale, "status queued");
             }
-            Some(w)
         })
     }
 

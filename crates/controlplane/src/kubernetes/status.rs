@@ -56,8 +56,6 @@ pub struct StatusWriter {
 /// `gatehouse_status_writes_total` as they finish.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
-    /// Objects whose status already says what it should.
-    pub unchanged: usize,
     /// Patches queued (a queued patch of the same object not yet sent was replaced).
     pub queued: usize,
     /// Objects left alone because the snapshot predates our own patch of them.
@@ -141,13 +139,10 @@ impl StatusWriter {
             client: &self.client,
             patches: Vec::new(),
             unchanged: Vec::new(),
-            seen: HashSet::new(),
+            seen: HashMap::new(),
         };
         for_each_kind(&mut plan);
-        let mut w = Written {
-            unchanged: plan.unchanged.len(),
-            ..Written::default()
-        };
+        let mut w = Written::default();
         let mut q = self.shared.queue.lock().expect("never poisoned");
         let Queue {
             pending,
@@ -168,7 +163,7 @@ impl StatusWriter {
             w.queued += 1;
         }
         // Forget what can no longer match a snapshot: objects gone, or seen at another version.
-        sent.retain(|k, rv| in_flight.contains(k) || plan.seen.contains(&(k.clone(), rv.clone())));
+        sent.retain(|k, rv| in_flight.contains(k) || plan.seen.get(k) == Some(rv));
         drop(q);
         if w.queued > 0 {
             self.shared.work.notify_one();
@@ -241,8 +236,8 @@ struct Plan<'a> {
     client: &'a Client,
     patches: Vec<(WriteKey, Job)>,
     unchanged: Vec<WriteKey>,
-    /// Every object with a status, at the version the snapshot shows.
-    seen: HashSet<(WriteKey, Option<String>)>,
+    /// Every object with a status, and the version the snapshot shows.
+    seen: HashMap<WriteKey, Option<String>>,
 }
 
 impl KindVisitor for Plan<'_> {
@@ -256,7 +251,7 @@ impl KindVisitor for Plan<'_> {
             let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
             let key: WriteKey = (K::kind_name(), namespace, name);
             let resource_version = meta.resource_version.clone();
-            self.seen.insert((key.clone(), resource_version.clone()));
+            self.seen.insert(key.clone(), resource_version.clone());
             let carried = serde_json::to_value(object)
                 .ok()
                 .and_then(|mut v| v.get_mut("status").map(Value::take))
