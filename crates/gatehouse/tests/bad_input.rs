@@ -100,14 +100,7 @@ async fn broken_files_keep_the_last_good_configuration() {
         for _ in 0..20 {
             assert_eq!(version(c.clone()).await, "good", "{what}");
         }
-        let status: serde_json::Value = c
-            .get(format!("http://{}/status", gw.admin()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = gw.status().await;
         assert!(
             status["errors"][0]
                 .as_str()
@@ -145,14 +138,7 @@ async fn broken_files_keep_the_last_good_configuration() {
     )
     .await;
     assert!(gw.errors().is_empty(), "{:?}", gw.errors());
-    let status: serde_json::Value = c
-        .get(format!("http://{}/status", gw.admin()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = gw.status().await;
     let warning = status["warnings"][0]
         .as_str()
         .unwrap_or_default()

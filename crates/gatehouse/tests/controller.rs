@@ -129,18 +129,7 @@ impl Drop for Env {
 
 async fn answer(c: &reqwest::Client, url: &str) -> (u16, String) {
     match c.get(url).send().await {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            let name = if status == 200 {
-                echo_json(r).await["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            } else {
-                String::new()
-            };
-            (status, name)
-        }
+        Ok(r) => status_and_backend(r).await,
         Err(_) => (0, String::new()),
     }
 }

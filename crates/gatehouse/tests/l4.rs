@@ -156,17 +156,6 @@ async fn udp_ask(port: u16, payload: &str) -> Option<String> {
     udp_from(&client, port, payload).await
 }
 
-async fn status(gw: &Gateway) -> Value {
-    client()
-        .get(format!("http://{}/status", gw.admin()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// (status, reason, message) of listener `name`'s `type_` condition.
 fn listener_condition(status: &Value, name: &str, type_: &str) -> (String, String, String) {
     let gw = status["objects"]
@@ -230,7 +219,7 @@ async fn tcp_and_udp_routes_serve_from_manifests_and_follow_edits() {
     assert_eq!(udp_ask(port, "q").await.as_deref(), Some("dns:q"));
 
     // The UDP listener whose port another socket holds is not Programmed, and says why.
-    let s = status(&gw).await;
+    let s = gw.status().await;
     let (programmed, reason, message) = listener_condition(&s, "busy", "Programmed");
     assert_eq!(
         (programmed.as_str(), reason.as_str()),
@@ -245,7 +234,7 @@ async fn tcp_and_udp_routes_serve_from_manifests_and_follow_edits() {
     // Once the port is free it is bound, and the status follows by itself.
     drop(squatter);
     eventually("the freed UDP port is Programmed", PATIENCE, || async {
-        listener_condition(&status(&gw).await, "busy", "Programmed").0 == "True"
+        listener_condition(&gw.status().await, "busy", "Programmed").0 == "True"
     })
     .await;
 
@@ -422,7 +411,7 @@ async fn invalid_l4_routes_get_conditions_and_serving_follows_the_fix() {
     ])
     .await;
 
-    let s = status(&gw).await;
+    let s = gw.status().await;
     // A backend that does not exist: Accepted, refs not resolved.
     assert_eq!(
         route_condition(&s, "TCPRoute", "db", "ResolvedRefs"),
@@ -457,7 +446,7 @@ async fn invalid_l4_routes_get_conditions_and_serving_follows_the_fix() {
     })
     .await;
     assert_eq!(
-        route_condition(&status(&gw).await, "TCPRoute", "db", "ResolvedRefs").0,
+        route_condition(&gw.status().await, "TCPRoute", "db", "ResolvedRefs").0,
         "True"
     );
     gw.stop().await;

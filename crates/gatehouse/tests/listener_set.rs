@@ -57,17 +57,7 @@ spec:
 }
 
 async fn get(c: &reqwest::Client, port: u16, path: &str) -> (u16, String) {
-    let resp = c.get(url(port, path)).send().await.unwrap();
-    let status = resp.status().as_u16();
-    let name = if status == 200 {
-        echo_json(resp).await["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    } else {
-        String::new()
-    };
-    (status, name)
+    status_and_backend(c.get(url(port, path)).send().await.unwrap()).await
 }
 
 #[tokio::test]
@@ -104,14 +94,7 @@ async fn listener_set_listener_serves_its_routes_only() {
 
     // Status, as /status reports it: the allowed set is Accepted with its listener's
     // attachedRoutes, the other NotAllowed, and the Gateway counts one attached set.
-    let status: serde_json::Value = c
-        .get(format!("http://{}/status", gw.admin()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = gw.status().await;
     let objects = status["objects"].as_array().expect("objects");
     let find = |kind: &str, ns: &str, name: &str| {
         objects

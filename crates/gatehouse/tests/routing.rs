@@ -114,17 +114,7 @@ async fn cafe() -> Cafe {
 
 async fn backend_of(c: &reqwest::Client, req: reqwest::RequestBuilder) -> (u16, String) {
     let _ = c;
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let name = if status == 200 {
-        echo_json(resp).await["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    } else {
-        String::new()
-    };
-    (status, name)
+    status_and_backend(req.send().await.unwrap()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,6 +110,18 @@ impl Gateway {
             .clone()
     }
 
+    /// What the admin endpoint's `/status` reports (objects, errors, warnings).
+    pub async fn status(&self) -> serde_json::Value {
+        client()
+            .get(format!("http://{}/status", self.admin()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
@@ -163,6 +175,20 @@ where
 /// The echo backend's JSON answer.
 pub async fn echo_json(resp: reqwest::Response) -> serde_json::Value {
     resp.json().await.expect("echo answers JSON")
+}
+
+/// The status of a response and, for a 200, the name of the echo backend that answered.
+pub async fn status_and_backend(resp: reqwest::Response) -> (u16, String) {
+    let status = resp.status().as_u16();
+    let name = if status == 200 {
+        echo_json(resp).await["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        String::new()
+    };
+    (status, name)
 }
 
 pub mod kube;
