@@ -1,10 +1,33 @@
-"""Helpers shared by the benchmark scripts (bench/dataplane/run, bench/nfr/run)."""
+"""Helpers shared by the benchmark scripts (bench/dataplane/run, bench/nfr/run,
+bench/controlplane/run and standalone)."""
 
 import os
+import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
+
+
+def free_ports(n):
+    """n distinct free ports below the ephemeral range (32768-60999), where client sockets (the
+    API server's, wrk's, the backends') land: a port picked there can be taken again before it
+    is bound. Each is held until all are picked, so none repeats."""
+    socks, ports = [], []
+    while len(ports) < n:
+        p = random.randint(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        ports.append(p)
+    for s in socks:
+        s.close()
+    return ports
 
 
 def chart_python(root, log):
