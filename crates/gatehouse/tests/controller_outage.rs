@@ -40,6 +40,15 @@ async fn traffic_survives_an_api_server_outage() {
         eprintln!("note: GATEHOUSE_CLUSTER_STATE not set; skipping the outage test");
         return;
     };
+    // The controller runs in this process: its log (shown when the test fails) says what the
+    // watches and the prober saw.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_test_writer()
+        .try_init();
     let ns = unique("out");
     kubectl(&["create", "namespace", &ns], None);
     let class = unique("class");

@@ -15,17 +15,23 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
-/// Shared by all watch tasks: whether the API answers, and who to tell about changes.
+/// Shared by all watch tasks: whether the API server answers, and who to tell about changes.
 struct Signals {
     changed: mpsc::Sender<()>,
-    failing: AtomicUsize,
+    /// Cleared by a watch whose request the API server did not answer; set again only by the
+    /// prober (`probe`). A watch that resumes yields nothing until an object changes, so the
+    /// watches alone cannot tell that the server is back; and a count of failing watches
+    /// cleared by their next event said "connected" during an outage whenever a watch
+    /// started a relist (kube yields `Init` before the list request is even sent).
     connected: AtomicBool,
+    /// Wakes the prober after a watch failed.
+    lost: Notify,
 }
 
 impl Signals {
@@ -34,28 +40,122 @@ impl Signals {
         let _ = self.changed.try_send(());
     }
 
-    fn ok(&self, was_failing: &mut bool) {
-        if *was_failing {
-            *was_failing = false;
-            if self.failing.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.connected.store(true, Ordering::Release);
-                tracing::info!("the API server answers again; watches resumed");
+    fn connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    /// A watch's request went unanswered.
+    fn failed(&self, what: &str, e: &watcher::Error) {
+        if self.connected.swap(false, Ordering::AcqRel) {
+            tracing::warn!(
+                "watching {what} failed: {e}; serving the last configuration and retrying"
+            );
+        } else {
+            tracing::debug!("watching {what} failed: {e}");
+        }
+        self.lost.notify_one();
+    }
+}
+
+/// How often the prober asks while the API server does not answer.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// While the API server is not known to answer, asks it once a second for one Namespace: a
+/// read that reaches storage, as the watches' lists do (a `/version` answers while etcd is
+/// down). The first answer restores connectivity; the watches resume on their own backoff
+/// (`WatchBackoff`), within a few seconds.
+async fn probe(client: Client, signals: Arc<Signals>) {
+    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client);
+    let one = kube::api::ListParams::default().limit(1);
+    loop {
+        signals.lost.notified().await;
+        while !signals.connected() {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            if api.list_metadata(&one).await.is_ok() {
+                signals.connected.store(true, Ordering::Release);
+                tracing::info!("the API server answers again; watches resume");
             }
         }
     }
+}
 
-    fn err(&self, was_failing: &mut bool, what: &str, e: &watcher::Error) {
-        if !*was_failing {
-            *was_failing = true;
-            if self.failing.fetch_add(1, Ordering::AcqRel) == 0 {
-                self.connected.store(false, Ordering::Release);
-                tracing::warn!(
-                    "watching {what} failed: {e}; serving the last configuration and retrying with backoff"
-                );
-            } else {
-                tracing::debug!("watching {what} failed: {e}");
-            }
+/// Whether a watch error means the API server did not answer, or answered that it cannot
+/// serve (5xx: starting, storage down). Other answers are about the request, not about the
+/// server: 404 for a kind whose CRD is not installed, 403 for a kind RBAC does not grant, 410
+/// for a resourceVersion too old to resume from (the watcher lists again).
+fn unanswered(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code >= 500,
+        watcher::Error::WatchError(status) => status.code >= 500,
+        watcher::Error::NoResourceVersion => false,
+        _ => true,
+    }
+}
+
+/// The pause before a failed watch tries again: 0.5 s, doubling up to 4 s, each plus up to
+/// half of it again at random so that the watches of many replicas do not retry in step.
+/// kube's default (client-go's) doubles up to 30 s with up to as much again at random: after
+/// an API server outage of half a minute, a watch could sleep most of another minute before
+/// noticing the server was back, with readiness saying "unreachable" and changes not applied
+/// all that time. A retry every few seconds while the server is down is one request per
+/// watched kind: cheap for one controller, and recovery is seen within 6 s.
+///
+/// A kind the API server does not serve (its CRD is not installed: the experimental route
+/// kinds, GatehouseParameters) is looked for again every 30 s instead, as before: each try is
+/// a 404 that kube's client logs as a warning.
+struct WatchBackoff {
+    next: Duration,
+    absent: Arc<AtomicBool>,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(4);
+    const ABSENT: Duration = Duration::from_secs(30);
+
+    fn new(absent: Arc<AtomicBool>) -> WatchBackoff {
+        WatchBackoff {
+            next: Self::FIRST,
+            absent,
         }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        use std::hash::{BuildHasher, RandomState};
+        let delay = if self.absent.load(Ordering::Acquire) {
+            Self::ABSENT
+        } else {
+            let delay = self.next;
+            self.next = (delay * 2).min(Self::MAX);
+            delay
+        };
+        // A fresh RandomState is randomly keyed: a random number without a crate for it.
+        let random = RandomState::new().hash_one(delay);
+        let jitter = delay.mul_f64((random % 1000) as f64 / 2000.0);
+        Some(delay + jitter)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+/// The API server answered that it does not serve the kind (404: no such resource, its CRD
+/// is not installed). kube's client reports a plain-text 404 with the code only, so the code
+/// is what is looked at.
+fn kind_not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
     }
 }
 
@@ -68,16 +168,30 @@ fn spawn_reflector<K: Kind>(
 ) -> JoinHandle<()> {
     let what = K::kind_name();
     tokio::spawn(async move {
-        let mut was_failing = false;
-        let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+        let absent = Arc::new(AtomicBool::new(false));
+        let backoff = WatchBackoff::new(Arc::clone(&absent));
+        let stream = reflector::reflector(writer, watcher(api, config)).backoff(backoff);
         futures_util::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
+                // Yielded before each (re)list is requested: nothing has changed yet.
+                Ok(watcher::Event::Init) => {}
                 Ok(_) => {
-                    signals.ok(&mut was_failing);
+                    absent.store(false, Ordering::Release);
                     signals.notify();
                 }
-                Err(e) => signals.err(&mut was_failing, &what, &e),
+                Err(e) if kind_not_served(&e) => {
+                    if !absent.swap(true, Ordering::AcqRel) {
+                        tracing::debug!("{what} is not served (CRD not installed?): {e}");
+                    }
+                }
+                Err(e) if unanswered(&e) => signals.failed(&what, &e),
+                // A resourceVersion too old to resume from (every watch, after the API server
+                // restarts): the watcher lists again, nothing is lost.
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    tracing::debug!("watching {what}: {status}; listing again");
+                }
+                Err(e) => tracing::warn!("watching {what} failed: {e}; retrying"),
             }
         }
     })
@@ -244,6 +358,7 @@ pub struct KubeSource {
     changes: mpsc::Receiver<()>,
     /// In registry order; referenced kinds are filled after the others.
     mirrors: Vec<Box<dyn Mirror>>,
+    prober: JoinHandle<()>,
 }
 
 impl Drop for KubeSource {
@@ -251,6 +366,7 @@ impl Drop for KubeSource {
         for m in &self.mirrors {
             m.stop();
         }
+        self.prober.abort();
     }
 }
 
@@ -261,9 +377,10 @@ impl KubeSource {
         let (tx, rx) = mpsc::channel(1);
         let signals = Arc::new(Signals {
             changed: tx,
-            failing: AtomicUsize::new(0),
             connected: AtomicBool::new(true),
+            lost: Notify::new(),
         });
+        let prober = tokio::spawn(probe(client.clone(), Arc::clone(&signals)));
         struct Start<'a> {
             client: &'a Client,
             signals: &'a Arc<Signals>,
@@ -309,6 +426,7 @@ impl KubeSource {
             signals,
             changes: rx,
             mirrors,
+            prober,
         }
     }
 
@@ -333,7 +451,11 @@ impl KubeSource {
             .collect();
         let all = futures_util::future::join_all(optional.iter().map(|m| m.wait_until_ready()));
         if tokio::time::timeout(optional_wait, all).await.is_err() {
-            let names: Vec<String> = optional.iter().map(|m| m.kind()).collect();
+            let names: Vec<String> = optional
+                .iter()
+                .filter(|m| m.wait_until_ready().now_or_never().is_none())
+                .map(|m| m.kind())
+                .collect();
             tracing::warn!(
                 "some of {} could not be listed (CRD not installed?); continuing without them",
                 names.join(", ")
@@ -349,9 +471,9 @@ impl KubeSource {
         }
     }
 
-    /// False while any watch is failing (the API server is unreachable or refusing).
+    /// False from a watch request the API server did not answer until it answers again.
     pub fn connected(&self) -> bool {
-        self.signals.connected.load(Ordering::Acquire)
+        self.signals.connected()
     }
 
     /// The current objects, and the Secrets/ConfigMaps they reference.
@@ -403,5 +525,81 @@ impl crate::source::Source for KubeSource {
 
     fn connected(&self) -> Option<bool> {
         Some(KubeSource::connected(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{WatchBackoff, kind_not_served, unanswered};
+    use kube::core::Status;
+    use kube::runtime::utils::Backoff;
+    use kube::runtime::watcher;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn watch_retries_back_off_to_a_few_seconds_and_start_over_after_a_success() {
+        let absent = Arc::new(AtomicBool::new(false));
+        let mut b = WatchBackoff::new(absent.clone());
+        let delays: Vec<Duration> = b.by_ref().take(8).collect();
+        let bases = [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0];
+        for (d, base) in delays.iter().zip(bases) {
+            let base = Duration::from_secs_f64(base);
+            assert!(*d >= base && *d <= base.mul_f64(1.5), "{d:?} for {base:?}");
+        }
+        assert!(
+            delays[4..].windows(2).any(|w| w[0] != w[1]),
+            "jittered: {delays:?}"
+        );
+        b.reset();
+        assert!(b.next().unwrap() <= Duration::from_millis(750));
+        absent.store(true, Ordering::Release);
+        let slow = b.next().unwrap();
+        assert!(slow >= Duration::from_secs(30), "{slow:?}");
+    }
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            Status::failure("page not found", "Failed to parse error data")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_a_404_says_the_kind_is_not_served() {
+        assert!(kind_not_served(&watcher::Error::InitialListFailed(api(
+            404
+        ))));
+        assert!(kind_not_served(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(!kind_not_served(&watcher::Error::InitialListFailed(api(
+            403
+        ))));
+        assert!(!kind_not_served(&watcher::Error::InitialListFailed(api(
+            503
+        ))));
+        assert!(!kind_not_served(&watcher::Error::NoResourceVersion));
+    }
+
+    /// Connectivity is lost on what the server did not answer or could not serve, never on
+    /// an answer about the request.
+    #[test]
+    fn transport_errors_and_5xx_are_unanswered_4xx_are_answers() {
+        let transport = || kube::Error::Service("client error (Connect)".into());
+        assert!(unanswered(&watcher::Error::InitialListFailed(transport())));
+        assert!(unanswered(&watcher::Error::WatchFailed(transport())));
+        assert!(unanswered(&watcher::Error::WatchStartFailed(api(503))));
+        assert!(unanswered(&watcher::Error::WatchError(
+            Status::failure("etcd", "InternalError")
+                .with_code(500)
+                .boxed()
+        )));
+        for code in [403, 404, 410] {
+            assert!(!unanswered(&watcher::Error::InitialListFailed(api(code))));
+        }
+        assert!(!unanswered(&watcher::Error::WatchError(
+            Status::failure("too old", "Expired").with_code(410).boxed()
+        )));
     }
 }
