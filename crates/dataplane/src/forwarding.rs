@@ -52,6 +52,11 @@ pub(crate) enum Decision<'t> {
         answer: Answer,
         /// Backend filters that apply to the answer's headers, with the rule's.
         backend_filters: &'t [Filter],
+        /// The CORS fields of an allowed cross-origin request, when the CORS filter ran before
+        /// the answer was decided: a browser shows the page's script an error the gateway
+        /// generated (500 for an invalid backend, 503 with no endpoints) only if it carries
+        /// them, as it does a backend's error.
+        cors: Option<CorsFields>,
     },
 }
 
@@ -76,6 +81,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
         return Decision::Answer {
             answer,
             backend_filters: &[],
+            cors: rewrite.cors,
         };
     }
     let Some(backend) = rule.backends.pick() else {
@@ -83,6 +89,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::INTERNAL_SERVER_ERROR,
             "no backend for this route\n",
             &[],
+            rewrite,
         );
     };
     let Backend { target, filters } = backend;
@@ -93,6 +100,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "backend is invalid\n",
                 filters,
+                rewrite,
             );
         }
     };
@@ -100,6 +108,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
         return Decision::Answer {
             answer,
             backend_filters: filters,
+            cors: rewrite.cors,
         };
     }
     let Some(endpoint) = cluster.pick() else {
@@ -107,6 +116,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy endpoints\n",
             filters,
+            rewrite,
         );
     };
     if cluster.tls_broken {
@@ -114,6 +124,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::BAD_GATEWAY,
             "upstream TLS is misconfigured\n",
             filters,
+            rewrite,
         );
     }
     Decision::Forward {
@@ -124,10 +135,16 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
     }
 }
 
-fn text<'t>(status: StatusCode, body: &'static str, backend_filters: &'t [Filter]) -> Decision<'t> {
+fn text<'t>(
+    status: StatusCode,
+    body: &'static str,
+    backend_filters: &'t [Filter],
+    rewrite: Rewrite,
+) -> Decision<'t> {
     Decision::Answer {
         answer: Answer::Text(status, body),
         backend_filters,
+        cors: rewrite.cors,
     }
 }
 

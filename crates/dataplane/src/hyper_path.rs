@@ -355,11 +355,12 @@ async fn forward(
         Decision::Answer {
             answer: a,
             backend_filters,
+            cors,
         } => {
             let edits = ResponseEdits {
                 rule_filters: &rule.filters,
                 backend_filters,
-                cors: None,
+                cors: cors.as_ref(),
             };
             return respond(answer(a), edits);
         }

@@ -257,7 +257,10 @@ async fn cors_preflights_are_answered_and_allowed_origins_get_cors_fields() {
     backendRefs: [{name: real, port: 80}]
   - matches: [{path: {value: /open}}]
     filters: [{type: CORS, cors: {allowOrigins: ["*"], allowMethods: ["*"], allowHeaders: ["*"]}}]
-    backendRefs: [{name: real, port: 80}]"#,
+    backendRefs: [{name: real, port: 80}]
+  - matches: [{path: {value: /broken}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["https://www.foo.com"]}}]
+    backendRefs: [{name: missing, port: 80}]"#,
     );
     let gw = Gateway::start(&[
         ("gateway.yaml", gateway(&[("http", port)])),
@@ -355,6 +358,23 @@ async fn cors_preflights_are_answered_and_allowed_origins_get_cors_fields() {
         assert_eq!(h["access-control-allow-methods"], "*");
         assert_eq!(h["access-control-max-age"], "5");
         assert!(h.get("access-control-allow-credentials").is_none());
+
+        // An error the gateway generates (here 500: the backend Service does not exist)
+        // carries the fields too, or the page's script could not read it.
+        let resp = c
+            .get(url(port, "/broken"))
+            .header("origin", "https://www.foo.com")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 500);
+        assert_eq!(
+            resp.headers()["access-control-allow-origin"],
+            "https://www.foo.com"
+        );
+        let resp = c.get(url(port, "/broken")).send().await.unwrap();
+        assert_eq!(resp.status(), 500);
+        assert!(resp.headers().get("access-control-allow-origin").is_none());
     }
     gw.stop().await;
 }

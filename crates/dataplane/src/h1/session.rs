@@ -13,7 +13,6 @@ use super::parse::{Framing, HeadError, RequestHead, strip_connection_listed};
 use super::pool::{Conn, checkout_or_connect, reconnect};
 use super::write::{self, ClientResponse, Upstream};
 use crate::conn::ConnContext;
-use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts, ResponseEdits};
 use crate::headers::HeaderList;
 use crate::limits::{Stall, TimeoutKind, Watch};
@@ -277,8 +276,11 @@ where
                 let next = self
                     .answer_and_skip_body(
                         Answer::Text(refusal.status, refusal.text),
-                        &[],
-                        &[],
+                        ResponseEdits {
+                            rule_filters: &[],
+                            backend_filters: &[],
+                            cors: None,
+                        },
                         draining,
                     )
                     .await;
@@ -338,12 +340,16 @@ where
             Decision::Answer {
                 answer,
                 backend_filters,
+                cors,
             } => {
                 let status = answer.status().as_u16();
                 self.buf.consume(len);
-                let next = self
-                    .answer_and_skip_body(answer, &rule.filters, backend_filters, draining)
-                    .await;
+                let edits = ResponseEdits {
+                    rule_filters: &rule.filters,
+                    backend_filters,
+                    cors: cors.as_ref(),
+                };
+                let next = self.answer_and_skip_body(answer, edits, draining).await;
                 return (next, Some(status));
             }
             Decision::Forward {
@@ -702,8 +708,7 @@ where
     async fn answer_and_skip_body(
         &mut self,
         answer: Answer,
-        rule_filters: &[Filter],
-        backend_filters: &[Filter],
+        edits: ResponseEdits<'_>,
         draining: bool,
     ) -> Next {
         self.fields.clear();
@@ -723,12 +728,7 @@ where
                 (StatusCode::OK, b"")
             }
         };
-        ResponseEdits {
-            rule_filters,
-            backend_filters,
-            cors: None,
-        }
-        .apply(&mut self.fields);
+        edits.apply(&mut self.fields);
         let close = !self.head.keep_alive || draining || self.head.body != Framing::None;
         match self.send_generated(status, body, close).await {
             Ok(()) if !close => Next::KeepGoing,
