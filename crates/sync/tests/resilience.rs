@@ -49,7 +49,12 @@ async fn a_restarted_control_plane_does_not_make_the_data_plane_apply_again() {
         },
     )
     .await;
-    assert!(data.state.connected());
+    // The Hello and Ack are queued before the stream opens: the server can report them a
+    // moment before the client has the response head that marks it connected.
+    eventually("the data plane says it is connected", SOON, || {
+        data.state.connected()
+    })
+    .await;
     assert_eq!(data.applier.applied().len(), 1, "not applied again");
     assert_eq!(control.server.counters().snapshots_sent, 0, "not even sent");
 
