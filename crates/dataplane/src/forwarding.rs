@@ -89,7 +89,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::INTERNAL_SERVER_ERROR,
             "no backend for this route\n",
             &[],
-            rewrite,
+            rewrite.cors,
         );
     };
     let Backend { target, filters } = backend;
@@ -100,7 +100,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "backend is invalid\n",
                 filters,
-                rewrite,
+                rewrite.cors,
             );
         }
     };
@@ -116,7 +116,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy endpoints\n",
             filters,
-            rewrite,
+            rewrite.cors,
         );
     };
     if cluster.tls_broken {
@@ -124,7 +124,7 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
             StatusCode::BAD_GATEWAY,
             "upstream TLS is misconfigured\n",
             filters,
-            rewrite,
+            rewrite.cors,
         );
     }
     Decision::Forward {
@@ -139,12 +139,12 @@ fn text<'t>(
     status: StatusCode,
     body: &'static str,
     backend_filters: &'t [Filter],
-    rewrite: Rewrite,
+    cors: Option<CorsFields>,
 ) -> Decision<'t> {
     Decision::Answer {
         answer: Answer::Text(status, body),
         backend_filters,
-        cors: rewrite.cors,
+        cors,
     }
 }
 

@@ -8,16 +8,6 @@ use serde_json::Value;
 use std::time::Duration;
 use support::*;
 
-async fn admin_json(c: &reqwest::Client, gw: &Gateway, path: &str) -> Value {
-    c.get(format!("http://{}{path}", gw.admin()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn admin_text(c: &reqwest::Client, gw: &Gateway, path: &str) -> (u16, String) {
     let r = c
         .get(format!("http://{}{path}", gw.admin()))
@@ -80,7 +70,7 @@ async fn a_listener_that_cannot_bind_is_not_programmed_until_it_can() {
     .await;
     let c = client();
 
-    let status = admin_json(&c, &gw, "/status").await;
+    let status = gw.status().await;
     let g = object(&status, "Gateway", "default", "gw");
     let (s, reason, message) = condition(&listener(g, "busy")["conditions"], "Programmed");
     assert_eq!(
@@ -129,7 +119,7 @@ async fn a_listener_that_cannot_bind_is_not_programmed_until_it_can() {
             let c = c.clone();
             let gw = &gw;
             async move {
-                let status = admin_json(&c, gw, "/status").await;
+                let status = gw.status().await;
                 let g = object(&status, "Gateway", "default", "gw");
                 condition(&listener(g, "busy")["conditions"], "Programmed").0 == "True"
                     && admin_text(&c, gw, "/readyz").await.0 == 200
@@ -156,7 +146,7 @@ async fn an_address_the_host_does_not_own_is_not_usable() {
     );
     let gw = Gateway::start(&[("gateway.yaml", gateway)]).await;
     let c = client();
-    let status = admin_json(&c, &gw, "/status").await;
+    let status = gw.status().await;
     let g = object(&status, "Gateway", "default", "gw");
     let (s, reason, message) = condition(&g["status"]["conditions"], "Programmed");
     assert_eq!(
@@ -236,7 +226,7 @@ async fn two_gateways_on_one_port_share_it_or_the_newer_is_told_why_not() {
     // Distinct hostnames: both Gateways serve on the one socket.
     assert_eq!(name_at("a.example.com").await, "team-a");
     assert_eq!(name_at("b.example.com").await, "team-b");
-    let status = admin_json(&c, &gw, "/status").await;
+    let status = gw.status().await;
     for name in ["gw-a", "gw-b"] {
         let g = object(&status, "Gateway", "default", name);
         assert_eq!(
@@ -257,16 +247,15 @@ async fn two_gateways_on_one_port_share_it_or_the_newer_is_told_why_not() {
         ),
     );
     eventually("gw-b is refused", Duration::from_secs(5), || {
-        let c = c.clone();
         let gw = &gw;
         async move {
-            let status = admin_json(&c, gw, "/status").await;
+            let status = gw.status().await;
             let g = object(&status, "Gateway", "default", "gw-b");
             condition(&listener(g, "web")["conditions"], "Accepted").0 == "False"
         }
     })
     .await;
-    let status = admin_json(&c, &gw, "/status").await;
+    let status = gw.status().await;
     let b = object(&status, "Gateway", "default", "gw-b");
     let (s, reason, message) = condition(&listener(b, "web")["conditions"], "Conflicted");
     assert_eq!((s.as_str(), reason.as_str()), ("True", "HostnameConflict"));
