@@ -378,6 +378,7 @@ fn h2_server_builder(options: &Options) -> hyper::server::conn::http2::Builder<T
 
 impl DataPlane {
     pub fn new(options: Options, metrics: Arc<Metrics>) -> Arc<Self> {
+        let stalls = metrics.worker_stalls.clone();
         let shared = Shared {
             closing: std::sync::atomic::AtomicBool::new(false),
             goaway: CancellationToken::new(),
@@ -409,7 +410,7 @@ impl DataPlane {
             },
             mirrors_in_flight: std::sync::atomic::AtomicUsize::new(0),
             workers: if options.dedicated_workers {
-                workers::Workers::start(options.workers)
+                workers::Workers::start(options.workers, &stalls)
                     .inspect_err(|error| {
                         warn!(%error, "cannot start worker threads; serving on the main runtime");
                     })

@@ -214,6 +214,16 @@ pub struct Metrics {
     pub(crate) udp_bytes: Family<DirectionLabels, Counter>,
     pub(crate) l4_errors: Family<L4ErrorLabels, Counter>,
     pub(crate) mirror_requests: Family<MirrorLabels, Counter>,
+    pub(crate) worker_stalls: WorkerStalls,
+}
+
+/// What the connection workers' watchdog counts (see `workers::watchdog`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WorkerStalls {
+    /// Ticks that woke past the stall threshold.
+    pub count: Counter,
+    /// How late those ticks woke, summed.
+    pub seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -312,6 +322,7 @@ impl Metrics {
             udp_bytes: Family::default(),
             l4_errors: Family::default(),
             mirror_requests: Family::default(),
+            worker_stalls: WorkerStalls::default(),
         };
         for protocol in ["tcp", "udp"] {
             for reason in L4Error::ALL {
@@ -398,6 +409,17 @@ impl Metrics {
             "gatehouse_connections_shed",
             "New connections closed at once because the worker already had --max-connections-per-worker open",
             metrics.connections_shed.clone(),
+        );
+        registry.register(
+            "gatehouse_worker_stalls",
+            "Times a connection worker thread ran its timers over 250 ms late: a blocking call or a long computation on it, or a host that gave it no CPU; every connection on that worker waited as long",
+            metrics.worker_stalls.count.clone(),
+        );
+        registry.register_with_unit(
+            "gatehouse_worker_stall",
+            "How late the stalled ticks of gatehouse_worker_stalls_total were, summed",
+            Unit::Seconds,
+            metrics.worker_stalls.seconds.clone(),
         );
         registry.register(
             "gatehouse_listener_bind_failures",
