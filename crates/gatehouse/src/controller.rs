@@ -164,6 +164,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
         .lease
         .clone()
         .map(|l| LeaderElection::start(client.clone(), l));
+    let resign = leader.as_ref().map(LeaderElection::resign_token);
     let service = match (&opts.publish_service, &opts.publish_service_template) {
         (Some(key), Some(t)) => {
             let owner = match &t.owner_deployment {
@@ -215,6 +216,9 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
     })
     .await?;
     running.also_stop = also_stop;
+    if let Some(resign) = resign {
+        running.on_drain = resign;
+    }
     tracing::info!(admin = %running.admin_address, "gatehouse controller is serving");
     Ok(running)
 }

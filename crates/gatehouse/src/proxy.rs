@@ -171,5 +171,6 @@ pub async fn start(opts: ProxyOptions) -> anyhow::Result<Running> {
         drain_delay: opts.drain_delay,
         grace: opts.shutdown_grace,
         also_stop: CancellationToken::new(),
+        on_drain: CancellationToken::new(),
     })
 }

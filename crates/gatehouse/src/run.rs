@@ -111,6 +111,9 @@ pub struct Running {
     pub(crate) grace: Duration,
     /// Cancelled on stop: services of the mode beside the reconcile loop (the sync server).
     pub(crate) also_stop: CancellationToken,
+    /// Cancelled when the drain begins: what must not wait for it (leadership is resigned at
+    /// once, so that a standby takes over while this replica drains).
+    pub(crate) on_drain: CancellationToken,
 }
 
 impl Running {
@@ -120,6 +123,7 @@ impl Running {
     /// SIGTERM) while every response carries `Connection: close` and HTTP/2 connections get
     /// a GOAWAY, moving clients off this instance; then [`Running::stop`].
     pub async fn drain(self) {
+        self.on_drain.cancel();
         self.state.control.set_draining();
         self.state.dataplane.begin_drain();
         if !self.drain_delay.is_zero() {
@@ -194,6 +198,7 @@ pub(crate) async fn serve<S: Source>(
         drain_delay: serve.drain_delay,
         grace: serve.shutdown_grace,
         also_stop: CancellationToken::new(),
+        on_drain: CancellationToken::new(),
     })
 }
 

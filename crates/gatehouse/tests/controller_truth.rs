@@ -264,3 +264,49 @@ async fn a_replica_with_a_skewed_clock_keeps_its_lease() {
     on_time.release().await;
     kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resigning_leader_hands_over_within_a_renewal() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let ns = unique("resign");
+    kubectl(&["create", "namespace", &ns], None);
+    let lease = |id: &str| LeaseOptions {
+        namespace: ns.clone(),
+        name: "resign".into(),
+        identity: id.into(),
+        lease_duration: Duration::from_secs(15),
+        renew_every: Duration::from_millis(500),
+        clock_skew_secs: 0,
+    };
+    let first = LeaderElection::start(kube_client().await, lease("first"));
+    wait_for("the first replica leads", Duration::from_secs(10), || {
+        first.is_leader()
+    })
+    .await;
+    let second = LeaderElection::start(kube_client().await, lease("second"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !second.is_leader(),
+        "the standby took a Lease being renewed"
+    );
+    // Shutdown begins: the holder resigns while it still runs (it drains for seconds yet).
+    let resigned = Instant::now();
+    first.resign_token().cancel();
+    wait_for(
+        "the resigning replica to stop leading",
+        Duration::from_secs(2),
+        || !first.is_leader(),
+    )
+    .await;
+    // Well inside the 15 s lease duration: only a Lease handed back moves this fast.
+    wait_for("the standby takes over", Duration::from_secs(4), || {
+        second.is_leader()
+    })
+    .await;
+    assert!(resigned.elapsed() < Duration::from_secs(4));
+    first.release().await;
+    second.release().await;
+    kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+}

@@ -6,6 +6,10 @@
 //! own clock* (or when the Lease is vacant); every write carries the resourceVersion read, so
 //! two candidates can never both win.
 //!
+//! A replica that is shutting down resigns ([`LeaderElection::resign_token`]): it stops
+//! campaigning and hands the Lease back at once, so a standby takes over within one renewal
+//! period instead of after the holder's drain delay.
+//!
 //! Expiry is never judged from the renewTime in the Lease: that time was written by another
 //! node's clock, and with clocks apart by more than the lease duration a candidate would take
 //! a Lease that is being renewed, and two replicas would lead at once. Local observation
@@ -20,6 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long [`LeaderElection::release`] waits for the campaign to hand the Lease back.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub struct LeaseOptions {
@@ -37,8 +45,7 @@ pub struct LeaseOptions {
 pub struct LeaderElection {
     leader: watch::Receiver<bool>,
     task: JoinHandle<()>,
-    api: Api<Lease>,
-    options: LeaseOptions,
+    resign: CancellationToken,
 }
 
 impl LeaderElection {
@@ -46,13 +53,19 @@ impl LeaderElection {
         let api: Api<Lease> = Api::namespaced(client, &options.namespace);
         let (tx, rx) = watch::channel(false);
         let tx = Arc::new(tx);
-        let task = tokio::spawn(run(api.clone(), options.clone(), tx));
+        let resign = CancellationToken::new();
+        let task = tokio::spawn(run(api, options, tx, resign.clone()));
         LeaderElection {
             leader: rx,
             task,
-            api,
-            options,
+            resign,
         }
+    }
+
+    /// Cancelling it ends the campaign: the Lease is handed back if held, and leadership is
+    /// reported lost. Shutdown cancels it when the drain begins.
+    pub fn resign_token(&self) -> CancellationToken {
+        self.resign.clone()
     }
 
     pub fn is_leader(&self) -> bool {
@@ -65,26 +78,13 @@ impl LeaderElection {
     }
 
     /// Stop campaigning and, if leading, hand the Lease back so another replica takes over at
-    /// once instead of after the lease duration.
+    /// once instead of after the lease duration. The campaign itself hands it back, so that
+    /// no renewal of its own can land after the release.
     pub async fn release(self) {
-        self.task.abort();
-        if !*self.leader.borrow() {
-            return;
-        }
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.options.name).await else {
-            return;
-        };
-        let Some(spec) = lease.spec.as_mut() else {
-            return;
-        };
-        if spec.holder_identity.as_deref() == Some(&self.options.identity) {
-            spec.holder_identity = None;
-            spec.renew_time = None;
-            let _ = self
-                .api
-                .replace(&self.options.name, &PostParams::default(), &lease)
-                .await;
-            tracing::info!("released leadership");
+        self.resign.cancel();
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(RELEASE_WAIT, self.task).await.is_err() {
+            abort.abort();
         }
     }
 }
@@ -100,7 +100,12 @@ struct Observed {
     at: Instant,
 }
 
-async fn run(api: Api<Lease>, o: LeaseOptions, tx: Arc<watch::Sender<bool>>) {
+async fn run(
+    api: Api<Lease>,
+    o: LeaseOptions,
+    tx: Arc<watch::Sender<bool>>,
+    resign: CancellationToken,
+) {
     let mut last_renewed: Option<Instant> = None;
     let mut failing = false;
     let mut observed: Option<Observed> = None;
@@ -131,11 +136,47 @@ async fn run(api: Api<Lease>, o: LeaseOptions, tx: Arc<watch::Sender<bool>>) {
         if !held {
             last_renewed = None;
         }
-        if *tx.borrow() != held {
+        if *tx.borrow() != held && !resign.is_cancelled() {
             tracing::info!(identity = %o.identity, "leadership {}", if held { "acquired" } else { "lost" });
             tx.send_replace(held);
         }
-        tokio::time::sleep(o.renew_every).await;
+        tokio::select! {
+            biased;
+            () = resign.cancelled() => {
+                // Standbys see the Lease vacant at their next look.
+                if tx.send_replace(false) {
+                    tracing::info!(identity = %o.identity, "leadership resigned: shutting down");
+                }
+                if held {
+                    hand_back(&api, &o).await;
+                }
+                return;
+            }
+            () = tokio::time::sleep(o.renew_every) => {}
+        }
+    }
+}
+
+/// Clears the holder of a Lease this replica holds.
+async fn hand_back(api: &Api<Lease>, o: &LeaseOptions) {
+    let Ok(Some(mut lease)) = api.get_opt(&o.name).await else {
+        return;
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return;
+    };
+    if spec.holder_identity.as_deref() != Some(&o.identity) {
+        return;
+    }
+    spec.holder_identity = None;
+    spec.renew_time = None;
+    match api.replace(&o.name, &PostParams::default(), &lease).await {
+        Ok(_) => tracing::info!(identity = %o.identity, "leadership handed back"),
+        Err(e) => tracing::warn!(
+            "could not hand back lease {}/{} (a standby takes it when it expires): {e}",
+            o.namespace,
+            o.name
+        ),
     }
 }
 

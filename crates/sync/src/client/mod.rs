@@ -45,8 +45,9 @@ pub trait Applier: Send + Sync + 'static {
 
 /// Connects, follows the stream, applies snapshots, acks/nacks, reports serving changes,
 /// keeps rotated credentials (in memory, and written back to `credentials_dir` when it is
-/// writable) for reconnects, and reconnects with backoff (250 ms doubling to 10 s, jittered)
-/// until `stop`. The data plane keeps serving its last configuration while disconnected.
+/// writable) for reconnects, and reconnects with backoff (250 ms doubling to 10 s, jittered;
+/// at most 1 s after a leader handover) until `stop`. The data plane keeps serving its last
+/// configuration while disconnected.
 pub async fn run(
     options: ClientOptions,
     applier: Arc<dyn Applier>,
@@ -57,7 +58,7 @@ pub async fn run(
     while !stop.is_cancelled() {
         let outcome = session::run(&options, applier.as_ref(), &state, &stop).await;
         state.set_connected(false);
-        match outcome {
+        let handover = match outcome {
             Outcome::Stopped => break,
             Outcome::Ended { established, error } => {
                 // A stream that was up says the control plane is reachable: start over from
@@ -67,17 +68,24 @@ pub async fn run(
                 }
                 // A control plane that stops or hands over leadership ends streams on
                 // purpose: expected in every rollout of the controller, so not a warning.
-                if is_handover(&error) {
+                let handover = is_handover(&error);
+                if handover {
                     tracing::info!(endpoint = %options.endpoint, %error, "config sync stream ended; reconnecting");
                 } else {
                     tracing::warn!(endpoint = %options.endpoint, %error, "config sync stream ended");
                 }
                 state.set_last_error(error);
+                handover
             }
-        }
+        };
+        let delay = if handover {
+            backoff.next_handover_delay()
+        } else {
+            backoff.next_delay()
+        };
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
     }
     tracing::info!("config sync client stopped");
