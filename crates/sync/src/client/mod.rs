@@ -13,7 +13,13 @@ use gatehouse_ir as ir;
 use session::Outcome;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// How long a data plane that has never had a stream treats failing to reach the control
+/// plane as part of starting: a freshly provisioned pod can start before any controller
+/// replica is Ready, and the Service refuses it until one is.
+const STARTUP_GRACE: Duration = Duration::from_secs(30);
 
 pub use futures_util::future::BoxFuture;
 pub use state::ClientState;
@@ -55,6 +61,8 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let mut backoff = Backoff::default();
+    let started = Instant::now();
+    let mut ever_established = false;
     while !stop.is_cancelled() {
         let outcome = session::run(&options, applier.as_ref(), &state, &stop).await;
         state.set_connected(false);
@@ -66,10 +74,9 @@ pub async fn run(
                 if established {
                     backoff.reset();
                 }
-                // A control plane that stops or hands over leadership ends streams on
-                // purpose: expected in every rollout of the controller, so not a warning.
+                ever_established |= established;
                 let handover = is_handover(&error);
-                if handover {
+                if expected(&error, ever_established, started.elapsed()) {
                     tracing::info!(endpoint = %options.endpoint, %error, "config sync stream ended; reconnecting");
                 } else {
                     tracing::warn!(endpoint = %options.endpoint, %error, "config sync stream ended");
@@ -97,9 +104,18 @@ fn is_handover(error: &str) -> bool {
     error.contains(crate::server::NOT_LEADER) || error.contains(crate::server::STOPPING)
 }
 
+/// Whether an ended stream is part of normal operation, logged without a warning: a
+/// control plane that stops or hands over leadership ends streams on purpose (every rollout
+/// of the controller), and a data plane that has never had a stream may be starting before
+/// the control plane can take it. Past [`STARTUP_GRACE`] without a first stream, or once a
+/// stream has been up, any other failure is a warning.
+fn expected(error: &str, ever_established: bool, since_start: Duration) -> bool {
+    is_handover(error) || (!ever_established && since_start < STARTUP_GRACE)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_handover;
+    use super::*;
 
     #[test]
     fn a_leader_handover_or_stop_is_not_a_failure() {
@@ -111,6 +127,23 @@ mod tests {
         ));
         assert!(!is_handover(
             "Unauthenticated: certificate names no Gateway"
+        ));
+    }
+
+    #[test]
+    fn a_control_plane_not_there_yet_is_expected_only_while_starting() {
+        let refused = "connecting to https://gatehouse.gatehouse-system.svc:18000: transport \
+                       error: tcp connect error: Connection refused (os error 111)";
+        let second = Duration::from_secs(1);
+        assert!(expected(refused, false, second));
+        assert!(!expected(refused, false, STARTUP_GRACE));
+        // Once it has had a stream, losing the control plane is news.
+        assert!(!expected(refused, true, second));
+        // A handover is expected whenever it happens.
+        assert!(expected(
+            "Unavailable: not the leader",
+            true,
+            STARTUP_GRACE * 10
         ));
     }
 }
