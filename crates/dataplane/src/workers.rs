@@ -17,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 const TICK: Duration = Duration::from_millis(100);
 /// A tick this late means the worker ran nothing else for that long: a stall worth a warning.
 const STALL: Duration = Duration::from_millis(250);
+/// At most one stall warning per worker this often: a host that starves a worker for minutes
+/// would otherwise log four lines a second for it. The counters count every stall.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The running workers; dropping it stops their threads (after the data plane has drained).
 pub(crate) struct Workers {
@@ -57,6 +60,8 @@ impl Workers {
 /// that stalls for seconds otherwise leaves no trace in the data plane at all.
 async fn watchdog(index: usize, stalls: WorkerStalls) {
     let mut expected = Instant::now() + TICK;
+    let mut last_warning: Option<Instant> = None;
+    let mut unreported = 0u64;
     loop {
         tokio::time::sleep_until(expected.into()).await;
         let now = Instant::now();
@@ -64,11 +69,17 @@ async fn watchdog(index: usize, stalls: WorkerStalls) {
         if late >= STALL {
             stalls.count.inc();
             stalls.seconds.inc_by(late.as_secs_f64());
-            tracing::warn!(
-                worker = index,
-                late_ms = late.as_millis(),
-                "connection worker stalled: its timers ran late, and so did its connections"
-            );
+            unreported += 1;
+            if last_warning.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
+                tracing::warn!(
+                    worker = index,
+                    late_ms = late.as_millis(),
+                    stalls = unreported,
+                    "connection worker stalled: its timers ran late, and so did its connections"
+                );
+                last_warning = Some(now);
+                unreported = 0;
+            }
         }
         expected = now + TICK;
     }
