@@ -151,6 +151,34 @@ pub fn path(data: &str) {
     }
 }
 
+/// `grpc-timeout` values: the parser agrees with the protocol's definition read another way
+/// (the text split at its last character, the digits read by `u64::from_str`, the unit as a
+/// count of nanoseconds), and never panics.
+pub fn grpc_timeout(data: &[u8]) {
+    let parsed = crate::grpc::parse_timeout(data).map(|d| d.as_nanos());
+    let reference = (|| {
+        let text = std::str::from_utf8(data).ok()?;
+        let unit = text.chars().last()?;
+        let digits = &text[..text.len() - unit.len_utf8()];
+        // `from_str` alone would also take a leading `+`.
+        if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = digits.parse().ok()?;
+        let nanos: u128 = match unit {
+            'H' => 3_600_000_000_000,
+            'M' => 60_000_000_000,
+            'S' => 1_000_000_000,
+            'm' => 1_000_000,
+            'u' => 1_000,
+            'n' => 1,
+            _ => return None,
+        };
+        Some(u128::from(n) * nanos)
+    })();
+    assert_eq!(parsed, reference, "{:?}", String::from_utf8_lossy(data));
+}
+
 /// A request for [`router`].
 #[derive(Debug)]
 pub struct Request<'a> {

@@ -7,6 +7,12 @@
 //! rewritten into a trailers-only gRPC response: HTTP 200, `content-type: application/grpc`,
 //! `grpc-status` and `grpc-message` in the one HEADERS frame that ends the stream.
 //!
+//! A call's own deadline, the `grpc-timeout` field, bounds the gateway's wait for the backend
+//! as the route's request timeout does, whichever is shorter: a client that gives a call
+//! 300 ms gets DEADLINE_EXCEEDED from the gateway after 300 ms, not after the route's 15 s,
+//! and the backend's connection slot is freed with it. The field goes on to the backend as it
+//! came (the gateway's own time is microseconds; the backend enforces its deadline too).
+//!
 //! Responses from backends are never touched: a gRPC backend's own status goes through as
 //! the backend wrote it, trailers included. The check runs only for HTTP/2 requests (gRPC
 //! has no HTTP/1.1 mapping) and costs one header lookup; the rewrite happens only on the
@@ -15,9 +21,11 @@
 use crate::hyper_path::ResponseBody;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version};
+use std::time::Duration;
 
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// gRPC status codes the gateway answers with (the numbers are the protocol's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +71,46 @@ pub(crate) fn is_grpc(version: Version, headers: &HeaderMap) -> bool {
     ct.len() >= GRPC.len()
         && ct[..GRPC.len()].eq_ignore_ascii_case(GRPC)
         && matches!(ct.get(GRPC.len()), None | Some(b'+' | b';'))
+}
+
+/// The deadline a gRPC call carries in `grpc-timeout`, if it carries a well-formed one.
+#[inline]
+pub(crate) fn deadline(headers: &HeaderMap) -> Option<Duration> {
+    parse_timeout(headers.get(&GRPC_TIMEOUT)?.as_bytes())
+}
+
+/// A `grpc-timeout` value as gRPC over HTTP/2 defines it: at most 8 ASCII digits, then one
+/// unit, `H` (hours), `M` (minutes), `S`, `m`, `u` or `n` (milli-, micro-, nanoseconds).
+/// Anything else is `None`: a malformed deadline is the backend's to refuse, and the gateway
+/// then waits as it would without one. Hand-written (no crate parses it alone): fuzzed
+/// against its definition (`fuzzing::grpc_timeout`).
+pub(crate) fn parse_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // At most 99,999,999: no overflow in u64, even in nanoseconds per hour below.
+    let n = digits
+        .iter()
+        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The shorter of two optional limits (`None` is no limit).
+#[inline]
+pub(crate) fn tighter(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The gRPC status of a gateway-generated HTTP status. The gRPC project's HTTP-to-gRPC
@@ -157,6 +205,53 @@ mod tests {
         let mut redirect = Response::new(ResponseBody::Static(None));
         *redirect.status_mut() = StatusCode::FOUND;
         assert_eq!(answer_as_grpc(redirect).status(), StatusCode::FOUND);
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_protocol_defines_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_timeout(b"300m"), Some(ms(300)));
+        assert_eq!(parse_timeout(b"1S"), Some(ms(1000)));
+        assert_eq!(parse_timeout(b"2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_timeout(b"250u"), Some(Duration::from_micros(250)));
+        assert_eq!(
+            parse_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        assert_eq!(
+            parse_timeout(b"99999999H"),
+            Some(Duration::from_secs(99_999_999 * 3600))
+        );
+        assert_eq!(parse_timeout(b"0m"), Some(Duration::ZERO));
+        // Nine digits, no digits, no unit, an unknown unit, a sign, a space.
+        for bad in [
+            &b"123456789m"[..],
+            b"m",
+            b"",
+            b"100",
+            b"100s",
+            b"+1S",
+            b" 1S",
+            b"1 S",
+        ] {
+            assert_eq!(
+                parse_timeout(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn the_tighter_limit_wins() {
+        let s = Duration::from_secs;
+        assert_eq!(tighter(Some(s(15)), Some(s(1))), Some(s(1)));
+        assert_eq!(tighter(Some(s(1)), Some(s(15))), Some(s(1)));
+        assert_eq!(tighter(None, Some(s(2))), Some(s(2)));
+        assert_eq!(tighter(Some(s(2)), None), Some(s(2)));
+        assert_eq!(tighter(None, None), None);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::debug;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -283,7 +283,10 @@ pub(crate) async fn handle(
     let (metrics, mut response) = match routed {
         Routed::Matched(listener, route) => {
             let rule = &listener.rules[route.rule];
-            (&rule.metrics, forward(&conn, rule, route, host, req).await)
+            (
+                &rule.metrics,
+                forward(&conn, rule, route, host, req, grpc).await,
+            )
         }
         Routed::Refused(refusal) => (refusal.metrics, generated(refusal.status, refusal.text)),
     };
@@ -334,8 +337,15 @@ async fn forward(
     route: &CompiledRoute,
     host: &str,
     req: Request<Incoming>,
+    grpc: bool,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = req.into_parts();
+    // A gRPC call's own deadline bounds the wait as the rule's timeout does (`crate::grpc`).
+    let deadline = match grpc {
+        true => crate::grpc::deadline(&parts.headers),
+        false => None,
+    };
+    let timeout = crate::grpc::tighter(rule.timeout, deadline);
     // Hop-by-hop fields belong to the client's connection: they go before the route's filters
     // run, so that a client cannot name (and so delete) a field a filter adds.
     let upgrade_requested = upstream::upgrade_protocol(parts.version, &parts.headers);
@@ -405,7 +415,9 @@ async fn forward(
         && retry::replayable(req.body())
     {
         let shared = &conn.socket.shared;
-        return forward_with_retries(shared, policy, cluster, endpoint, req, taps, edits).await;
+        let total = crate::grpc::tighter(policy.total, deadline);
+        return forward_with_retries(shared, policy, total, cluster, endpoint, req, taps, edits)
+            .await;
     }
 
     // Bodiless requests to HTTP/1 backends go over the HTTP/1 path's pooled connections, in
@@ -413,7 +425,7 @@ async fn forward(
     if endpoint.pool.is_some() && downstream_upgrade.is_none() && req.body().is_end_stream() {
         let (parts, _) = req.into_parts();
         let sent = Box::pin(h1::client::send(cluster, endpoint, &parts));
-        let result = match rule.timeout {
+        let result = match timeout {
             Some(limit) => match tokio::time::timeout(limit, sent).await {
                 Ok(result) => result,
                 Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
@@ -436,7 +448,7 @@ async fn forward(
         IdleBody::new(body, shared.limits.request_body, shared.metrics.clone()).tapped(taps)
     });
     let sent = send_upstream(shared, cluster, endpoint, req);
-    let result = match rule.timeout {
+    let result = match timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
             Ok(result) => result,
             Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
@@ -474,9 +486,11 @@ pub(crate) async fn send_upstream(
 
 /// [`forward`] for a rule with a retry policy and a request that can be sent again (see
 /// `retry`): the body is read first, then the attempts run, all within the request timeout.
+#[allow(clippy::too_many_arguments)]
 async fn forward_with_retries(
     shared: &Shared,
     policy: &RetryPolicy,
+    total: Option<Duration>,
     cluster: &ClusterState,
     endpoint: &Endpoint,
     req: Request<Incoming>,
@@ -491,7 +505,7 @@ async fn forward_with_retries(
         let replay = retry::buffer(body).await?;
         Ok::<_, BoxError>(retry::send(shared, policy, cluster, endpoint, &mut parts, &replay).await)
     };
-    let outcome = match policy.total {
+    let outcome = match total {
         Some(limit) => match tokio::time::timeout(limit, attempts).await {
             Ok(outcome) => outcome,
             Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),

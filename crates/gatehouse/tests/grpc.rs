@@ -1,14 +1,14 @@
 //! GRPCRoute end to end over real sockets: a tonic client calls through the gateway to
 //! tonic-served gRPC backends (cleartext HTTP/2 to Service ports without an appProtocol), and
 //! checks method and header matches, header filters, the weighted split, trailers after data,
-//! and the gateway's own answers in gRPC's terms (UNIMPLEMENTED, UNAVAILABLE,
-//! DEADLINE_EXCEEDED).
+//! the gateway's own answers in gRPC's terms (UNIMPLEMENTED, UNAVAILABLE,
+//! DEADLINE_EXCEEDED), and a call's `grpc-timeout` bounding the gateway's wait.
 
 mod support;
 
 use bytes::Bytes;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError};
 use tonic::metadata::MetadataMap;
@@ -163,12 +163,20 @@ impl Client {
         message: &str,
         metadata: &[(&'static str, &'static str)],
     ) -> Result<tonic::Response<String>, Status> {
-        let mut grpc = self.grpc();
-        grpc.ready().await.unwrap();
         let mut req = tonic::Request::new(message.to_string());
         for (k, v) in metadata {
             req.metadata_mut().insert(*k, v.parse().unwrap());
         }
+        self.send(method, req).await
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        req: tonic::Request<String>,
+    ) -> Result<tonic::Response<String>, Status> {
+        let mut grpc = self.grpc();
+        grpc.ready().await.unwrap();
         let path = format!("/{SERVICE}/{method}").parse().unwrap();
         grpc.unary(
             req,
@@ -185,6 +193,47 @@ impl Client {
             Err(status) => panic!("{method}: {status:?}"),
         }
     }
+}
+
+/// What a call carrying `grpc-timeout: <deadline>` came back with: its gRPC status and
+/// message (from the trailers-only answer or the trailers after the data), and how long it
+/// took. Sent over hyper's HTTP/2 client: tonic's channel enforces a call's deadline itself
+/// and would race the gateway's timer.
+async fn call_within(port: u16, method: &str, deadline: &str) -> (String, String, Duration) {
+    use http_body_util::BodyExt;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // One empty message: the compression flag and a zero length.
+    let req = http::Request::post(format!("http://grpc.example.com/{SERVICE}/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", deadline)
+        .body(http_body_util::Full::new(Bytes::from_static(&[
+            0, 0, 0, 0, 0,
+        ])))
+        .unwrap();
+    let started = Instant::now();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (parts, body) = resp.into_parts();
+    let trailers = body.collect().await.unwrap().trailers().cloned();
+    let waited = started.elapsed();
+    let fields = trailers.unwrap_or(parts.headers);
+    let field = |name| {
+        fields
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    (field("grpc-status"), field("grpc-message"), waited)
 }
 
 fn grpc_route(name: &str, body: &str) -> String {
@@ -329,5 +378,30 @@ async fn gateway_errors_are_grpc_statuses() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_deadline_bounds_the_gateways_wait() {
+    let (gw, port) = gateway_with_backends().await;
+    // `Slow` answers after 2 s; the route's timeout (the default request timeout) is 1 s.
+    let (status, message, waited) = call_within(port, "Slow", "300m").await;
+    assert_eq!(
+        (status.as_str(), message.as_str()),
+        ("4", "upstream timed out")
+    );
+    assert!(waited < Duration::from_millis(900), "waited {waited:?}");
+    // A deadline beyond the route's timeout does not lengthen it.
+    let (status, _, waited) = call_within(port, "Slow", "10S").await;
+    assert_eq!(status, "4");
+    assert!(waited >= Duration::from_secs(1), "waited {waited:?}");
+    assert!(waited < Duration::from_millis(1900), "waited {waited:?}");
+    // A malformed deadline is left to the backend: the route's timeout applies.
+    let (status, _, waited) = call_within(port, "Slow", "300ms").await;
+    assert_eq!(status, "4");
+    assert!(waited >= Duration::from_secs(1), "waited {waited:?}");
+    // A call that makes its deadline is served (OK in the trailers after the reply).
+    let (status, _, _) = call_within(port, "Ping", "5S").await;
+    assert_eq!(status, "0");
     gw.stop().await;
 }
