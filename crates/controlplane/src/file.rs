@@ -112,7 +112,8 @@ struct Located {
 trait Object: std::fmt::Debug + Send + Sync {
     fn kind(&self) -> String;
     fn meta(&self) -> &ObjectMeta;
-    fn push_into(&self, input: &mut Input);
+    /// Adds the object to a snapshot, shared with the cache (no copy of it).
+    fn push_into(self: Arc<Self>, input: &mut Input);
 
     fn key(&self) -> Key {
         let meta = self.meta();
@@ -133,8 +134,8 @@ impl<K: Kind> Object for K {
         kube::Resource::meta(self)
     }
 
-    fn push_into(&self, input: &mut Input) {
-        input.push(self.clone());
+    fn push_into(self: Arc<Self>, input: &mut Input) {
+        input.push_shared(self);
     }
 }
 
@@ -388,7 +389,7 @@ fn contribute(
             ),
             (path.to_owned(), o.line),
         );
-        o.object.push_into(&mut out.input);
+        Arc::clone(&o.object).push_into(&mut out.input);
     }
 }
 

@@ -12,7 +12,6 @@
 use crate::metrics::{ControlMetrics, ResultLabel};
 use crate::source::{Source, SourceSnapshot};
 use crate::state::{ControlState, Published};
-use crate::status_report;
 use futures_util::future::BoxFuture;
 use gatehouse_ir as ir;
 use gatehouse_translate::serving::Serving;
@@ -235,7 +234,6 @@ async fn publish(
         &previous.status,
         k8s_openapi::jiff::Timestamp::now(),
     );
-    let objects = status_report::objects(&snapshot.input, &status);
     let generation = previous.generation + u64::from(config_changed);
     let bind_errors: Vec<String> = serving
         .unbound
@@ -260,7 +258,7 @@ async fn publish(
         generation,
         config,
         status: status.clone(),
-        objects,
+        input: snapshot.input.clone(),
         errors,
         warnings: snapshot.warnings.clone(),
         bind_errors,

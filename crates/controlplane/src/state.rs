@@ -4,7 +4,7 @@
 use crate::metrics::ControlMetrics;
 use arc_swap::ArcSwap;
 use gatehouse_ir as ir;
-use gatehouse_translate::Status;
+use gatehouse_translate::{Input, Status};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use std::sync::Arc;
@@ -18,8 +18,10 @@ pub struct Published {
     pub generation: u64,
     pub config: Arc<ir::Config>,
     pub status: Status,
-    /// The objects Gatehouse owns, with status (`kubectl get -o yaml` shape).
-    pub objects: Vec<Value>,
+    /// The snapshot `status` was computed from. It shares its objects with the source, so
+    /// keeping it costs a pointer per object; [`Published::objects`] builds the report from it
+    /// when asked, instead of every pass building (and holding) a JSON copy of every object.
+    pub input: Input,
     /// Source errors (`file:line: message`); what they concern serves its last good content.
     pub errors: Vec<String>,
     /// Source warnings: problems that lose nothing (an unknown field, a foreign kind).
@@ -28,6 +30,13 @@ pub struct Published {
     pub bind_errors: Vec<String>,
     /// Problems the data plane contained instead of rejecting the configuration.
     pub diagnostics: Vec<String>,
+}
+
+impl Published {
+    /// The objects Gatehouse owns, with status (`kubectl get -o yaml` shape).
+    pub fn objects(&self) -> Vec<Value> {
+        crate::status_report::objects(&self.input, &self.status)
+    }
 }
 
 /// Shared between the reconcile loop (the only writer) and its readers.

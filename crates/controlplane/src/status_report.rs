@@ -14,7 +14,7 @@ pub fn objects(input: &Input, status: &Status) -> Vec<Value> {
     }
     impl KindVisitor for Collect<'_> {
         fn visit<K: Kind>(&mut self) {
-            let mut objects: Vec<&K> = K::of(self.input).iter().collect();
+            let mut objects: Vec<&K> = K::of(self.input).iter().map(|o| &**o).collect();
             objects.sort_by_key(|o| ObjectKey::of(o.meta()));
             for object in objects {
                 let Some(ours) = object.computed_status(self.status) else {

@@ -111,7 +111,7 @@ fn handle(req: &Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
                 "warnings": snap.warnings,
                 "bind_errors": snap.bind_errors,
                 "diagnostics": snap.diagnostics,
-                "objects": snap.objects,
+                "objects": snap.objects(),
             }))
         }
         _ => respond(

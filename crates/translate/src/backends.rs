@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -80,14 +81,14 @@ pub struct PolicyOutcome {
 
 impl<'a> Backends<'a> {
     pub fn new(
-        services: &'a [Service],
-        slices: &'a [EndpointSlice],
-        policies: &'a [BackendTlsPolicy],
+        services: &'a [Arc<Service>],
+        slices: &'a [Arc<EndpointSlice>],
+        policies: &'a [Arc<BackendTlsPolicy>],
         refs: &'a Refs<'a>,
     ) -> Self {
         let services = services
             .iter()
-            .map(|s| (ObjectKey::of(&s.metadata), s))
+            .map(|s| (ObjectKey::of(&s.metadata), &**s))
             .collect();
         let mut by_service: BTreeMap<ObjectKey, Vec<&EndpointSlice>> = BTreeMap::new();
         for slice in slices {
@@ -104,7 +105,7 @@ impl<'a> Backends<'a> {
                     .push(slice);
             }
         }
-        let mut ordered: Vec<&BackendTlsPolicy> = policies.iter().collect();
+        let mut ordered: Vec<&BackendTlsPolicy> = policies.iter().map(|p| &**p).collect();
         ordered.sort_by_key(|p| age_key(&p.metadata));
         let mut by_target: BTreeMap<ObjectKey, Vec<&BackendTlsPolicy>> = BTreeMap::new();
         for p in ordered {

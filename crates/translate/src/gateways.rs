@@ -20,6 +20,7 @@ use gateway_api::apis::standard::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// The accepted GatewayClasses of our controller by name, with the GatehouseParameters their
 /// parametersRef names (already checked on their own).
@@ -27,7 +28,7 @@ pub type OurClasses<'a> = BTreeMap<String, Option<Layer<'a>>>;
 
 /// Statuses of the GatewayClasses that name our controller, and the accepted ones.
 pub fn classes<'a>(
-    classes: &[GatewayClass],
+    classes: &[Arc<GatewayClass>],
     controller: &str,
     parameters: &'a parameters::Index<'a>,
     provisioned: bool,
@@ -263,14 +264,14 @@ enum GatewayProblem {
 
 /// What every Gateway's listeners are built from besides the Gateway itself.
 pub struct GatewayInputs<'i, 'a> {
-    pub listener_sets: &'a [ListenerSet],
+    pub listener_sets: &'a [Arc<ListenerSet>],
     pub namespace_labels: &'i BTreeMap<String, BTreeMap<String, String>>,
     pub refs: &'i Refs<'i>,
 }
 
 /// Our Gateways (class accepted and ours), oldest first.
 pub fn gateways<'a>(
-    gateways: &'a [Gateway],
+    gateways: &'a [Arc<Gateway>],
     our_classes: &OurClasses<'_>,
     parameters: &parameters::Index<'_>,
     options: &Options,
@@ -282,7 +283,7 @@ pub fn gateways<'a>(
         .filter_map(|g| {
             our_classes
                 .get(&g.spec.gateway_class_name)
-                .map(|class| (g, *class))
+                .map(|class| (&**g, *class))
         })
         .collect();
     ours.sort_by_key(|(g, _)| age_key(&g.metadata));

@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 /// How the Kubernetes source keeps a kind in memory.
 #[derive(Clone, Copy, Debug)]
@@ -132,8 +133,8 @@ pub trait Kind:
     const NAMESPACED: bool;
     const STATUS: StatusShape;
 
-    fn of(input: &Input) -> &Vec<Self>;
-    fn of_mut(input: &mut Input) -> &mut Vec<Self>;
+    fn of(input: &Input) -> &Vec<Arc<Self>>;
+    fn of_mut(input: &mut Input) -> &mut Vec<Arc<Self>>;
 
     /// Problems a manifest check can name a line for (see [`Finding`]).
     fn findings(&self) -> Vec<Finding> {
@@ -177,7 +178,7 @@ macro_rules! registry {
         /// output.
         #[derive(Clone, Debug, Default)]
         pub struct Input {
-            $( $(#[$doc])* pub $field: Vec<$ty>, )+
+            $( $(#[$doc])* pub $field: Vec<Arc<$ty>>, )+
         }
 
         $(
@@ -185,10 +186,10 @@ macro_rules! registry {
                 const VERSIONS: &'static [&'static str] = &[$($version),+];
                 const WATCH: Watch = $watch;
                 const NAMESPACED: bool = registry!(@namespaced $scope);
-                fn of(input: &Input) -> &Vec<Self> {
+                fn of(input: &Input) -> &Vec<Arc<Self>> {
                     &input.$field
                 }
-                fn of_mut(input: &mut Input) -> &mut Vec<Self> {
+                fn of_mut(input: &mut Input) -> &mut Vec<Arc<Self>> {
                     &mut input.$field
                 }
                 registry!(@role $role);
@@ -322,6 +323,12 @@ registry! {
 impl Input {
     /// Adds one object of any registered kind.
     pub fn push<K: Kind>(&mut self, object: K) {
+        K::of_mut(self).push(Arc::new(object));
+    }
+
+    /// Adds one object that a source keeps too (its cache or watch store): the snapshot
+    /// shares it instead of holding a copy.
+    pub fn push_shared<K: Kind>(&mut self, object: Arc<K>) {
         K::of_mut(self).push(object);
     }
 }

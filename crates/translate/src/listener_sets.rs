@@ -18,6 +18,7 @@ use gateway_api::apis::standard::listenersets::{
     ListenerSetStatusListenersSupportedKinds,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A ListenerSet whose parentRef names one of our Gateways.
 #[derive(Debug)]
@@ -42,8 +43,12 @@ pub fn names_gateway(ls: &ListenerSet, gateway: &ObjectKey) -> bool {
 
 /// The ListenerSets that name `gateway`, in listener precedence order: oldest first, then by
 /// namespace/name (the spec's order for merging their listeners after the Gateway's own).
-pub fn naming<'a>(sets: &'a [ListenerSet], gateway: &ObjectKey) -> Vec<&'a ListenerSet> {
-    let mut out: Vec<&ListenerSet> = sets.iter().filter(|s| names_gateway(s, gateway)).collect();
+pub fn naming<'a>(sets: &'a [Arc<ListenerSet>], gateway: &ObjectKey) -> Vec<&'a ListenerSet> {
+    let mut out: Vec<&ListenerSet> = sets
+        .iter()
+        .map(|s| &**s)
+        .filter(|s| names_gateway(s, gateway))
+        .collect();
     out.sort_by_key(|s| age_key(&s.metadata));
     out
 }

@@ -20,6 +20,7 @@ use kube::{CustomResource, CustomResourceExt as _, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The group of [`GatehouseParameters`], as parametersRefs name it.
@@ -373,10 +374,10 @@ pub(crate) struct Layer<'a> {
 /// GatehouseParameters by namespace/name.
 pub(crate) type Index<'a> = BTreeMap<ObjectKey, &'a GatehouseParameters>;
 
-pub(crate) fn index(objects: &[GatehouseParameters]) -> Index<'_> {
+pub(crate) fn index(objects: &[Arc<GatehouseParameters>]) -> Index<'_> {
     objects
         .iter()
-        .map(|p| (ObjectKey::of(&p.metadata), p))
+        .map(|p| (ObjectKey::of(&p.metadata), &**p))
         .collect()
 }
 

@@ -10,11 +10,12 @@ use gateway_api::apis::standard::backendtlspolicies::{
     BackendTlsPolicyStatusAncestorsAncestorRef,
 };
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub fn policy_status(
     outcomes: &BTreeMap<ObjectKey, PolicyOutcome>,
     cluster_users: &BTreeMap<String, BTreeSet<ObjectKey>>,
-    policies: &[BackendTlsPolicy],
+    policies: &[Arc<BackendTlsPolicy>],
     controller: &str,
 ) -> BTreeMap<ObjectKey, BackendTlsPolicyStatus> {
     let mut out = BTreeMap::new();

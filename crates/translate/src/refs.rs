@@ -4,6 +4,7 @@ use crate::objects::{ObjectKey, namespace};
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The object a reference comes from: (group, kind) in `namespace`, as ReferenceGrants name it.
 #[derive(Clone, Copy)]
@@ -16,23 +17,23 @@ pub struct Referrer<'a> {
 pub struct Refs<'a> {
     pub secrets: BTreeMap<ObjectKey, &'a Secret>,
     pub config_maps: BTreeMap<ObjectKey, &'a ConfigMap>,
-    grants: &'a [ReferenceGrant],
+    grants: &'a [Arc<ReferenceGrant>],
 }
 
 impl<'a> Refs<'a> {
     pub fn new(
-        secrets: &'a [Secret],
-        config_maps: &'a [ConfigMap],
-        grants: &'a [ReferenceGrant],
+        secrets: &'a [Arc<Secret>],
+        config_maps: &'a [Arc<ConfigMap>],
+        grants: &'a [Arc<ReferenceGrant>],
     ) -> Self {
         Refs {
             secrets: secrets
                 .iter()
-                .map(|s| (ObjectKey::of(&s.metadata), s))
+                .map(|s| (ObjectKey::of(&s.metadata), &**s))
                 .collect(),
             config_maps: config_maps
                 .iter()
-                .map(|c| (ObjectKey::of(&c.metadata), c))
+                .map(|c| (ObjectKey::of(&c.metadata), &**c))
                 .collect(),
             grants,
         }

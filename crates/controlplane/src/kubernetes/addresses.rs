@@ -33,7 +33,7 @@ pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
         let services: HashMap<ObjectKey, &Service> = input
             .services
             .iter()
-            .map(|s| (ObjectKey::of(&s.metadata), s))
+            .map(|s| (ObjectKey::of(&s.metadata), &**s))
             .collect();
         options.gateway_published_addresses = input
             .gateways

@@ -238,7 +238,8 @@ impl<K: Kind> Mirror for All<K> {
     }
 
     fn fill(&self, input: &mut Input) {
-        K::of_mut(input).extend(self.store.state().into_iter().map(|o| (*o).clone()));
+        // The store's own objects, shared: a snapshot costs a pointer per object, not a copy.
+        K::of_mut(input).extend(self.store.state());
     }
 
     fn stop(&self) {
@@ -291,12 +292,7 @@ impl<K: Kind> Mirror for Referenced<K> {
             let task = spawn_reflector(api, config, writer, Arc::clone(&self.signals));
             watches.insert(key, (reader, task));
         }
-        K::of_mut(input).extend(
-            watches
-                .values()
-                .flat_map(|(store, _)| store.state())
-                .map(|o| (*o).clone()),
-        );
+        K::of_mut(input).extend(watches.values().flat_map(|(store, _)| store.state()));
     }
 
     fn pending(&self) -> Vec<String> {

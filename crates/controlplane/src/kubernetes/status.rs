@@ -252,7 +252,7 @@ impl KindVisitor for Plan<'_> {
             let key: WriteKey = (K::kind_name(), namespace, name);
             let resource_version = meta.resource_version.clone();
             self.seen.insert(key.clone(), resource_version.clone());
-            let carried = serde_json::to_value(object)
+            let carried = serde_json::to_value(&**object)
                 .ok()
                 .and_then(|mut v| v.get_mut("status").map(Value::take))
                 .unwrap_or(Value::Null);

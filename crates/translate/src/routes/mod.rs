@@ -27,6 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// A route kind: HTTPRoute, TLSRoute, and whatever comes next. Implement it in one file and add
 /// the kind to the registry (`kinds.rs`); attachment, backend resolution and status come with it.
@@ -266,8 +267,12 @@ pub struct AttachCtx<'g, 'a> {
 /// Attaches every route of kind `R`, oldest first. Only routes with at least one parentRef
 /// naming one of our Gateways get a status: the others are none of our business, and their
 /// backends must not show up in our configuration.
-pub fn attach_kind<R: RouteKind>(routes: &[R], ctx: &mut AttachCtx<'_, '_>, out: &mut Attached) {
-    let mut ordered: Vec<&R> = routes.iter().collect();
+pub fn attach_kind<R: RouteKind>(
+    routes: &[Arc<R>],
+    ctx: &mut AttachCtx<'_, '_>,
+    out: &mut Attached,
+) {
+    let mut ordered: Vec<&R> = routes.iter().map(|r| &**r).collect();
     ordered.sort_by_key(|r| age_key(r.meta()));
     let kind = R::kind_name();
     for route in ordered {
