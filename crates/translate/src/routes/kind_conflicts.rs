@@ -18,8 +18,13 @@ use std::collections::BTreeMap;
 const HTTP_ROUTE: &str = "HTTPRoute";
 const GRPC_ROUTE: &str = "GRPCRoute";
 
-fn rival_kinds(a: &str, b: &str) -> bool {
-    matches!((a, b), (HTTP_ROUTE, GRPC_ROUTE) | (GRPC_ROUTE, HTTP_ROUTE))
+/// The kind that may not share a hostname with `kind` on one listener, if any.
+fn rival_kind(kind: &str) -> Option<&'static str> {
+    match kind {
+        HTTP_ROUTE => Some(GRPC_ROUTE),
+        GRPC_ROUTE => Some(HTTP_ROUTE),
+        _ => None,
+    }
 }
 
 /// Do two sets of served hostnames (exact, wildcard or `*`) share a name?
@@ -40,20 +45,29 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
             .route_age
             .cmp(&out.attachments[j].route_age)
     });
-    let mut kept: Vec<usize> = Vec::new();
+    // Kept attachments by (gateway, listener, kind), oldest first: an attachment is only
+    // checked against the rival kind's on its own listener. Checking every kept attachment
+    // made this quadratic in the routes (a fifth of a pass at 5000 HTTPRoutes, none of them
+    // with a rival).
+    let mut kept: BTreeMap<(usize, usize, &str), Vec<usize>> = BTreeMap::new();
     let mut dropped: Vec<(usize, usize)> = Vec::new(); // (attachment, the older rival)
     for i in order {
         let a = &out.attachments[i];
-        let rival = kept.iter().copied().find(|&k| {
-            let b = &out.attachments[k];
-            b.gateway == a.gateway
-                && b.listener == a.listener
-                && rival_kinds(&a.route.kind, &b.route.kind)
-                && overlap(&a.hostnames, &b.hostnames)
-        });
+        let kind = a.route.kind.as_str();
+        let rival = rival_kind(kind)
+            .and_then(|other| kept.get(&(a.gateway, a.listener, other)))
+            .and_then(|older| {
+                older
+                    .iter()
+                    .copied()
+                    .find(|&k| overlap(&a.hostnames, &out.attachments[k].hostnames))
+            });
         match rival {
             Some(k) => dropped.push((i, k)),
-            None => kept.push(i),
+            None => kept
+                .entry((a.gateway, a.listener, kind))
+                .or_default()
+                .push(i),
         }
     }
     if dropped.is_empty() {
@@ -126,9 +140,9 @@ mod tests {
 
     #[test]
     fn only_http_and_grpc_routes_are_rivals() {
-        assert!(rival_kinds("HTTPRoute", "GRPCRoute"));
-        assert!(rival_kinds("GRPCRoute", "HTTPRoute"));
-        assert!(!rival_kinds("HTTPRoute", "HTTPRoute"));
-        assert!(!rival_kinds("TLSRoute", "GRPCRoute"));
+        assert_eq!(rival_kind("HTTPRoute"), Some("GRPCRoute"));
+        assert_eq!(rival_kind("GRPCRoute"), Some("HTTPRoute"));
+        assert_eq!(rival_kind("TLSRoute"), None);
+        assert_eq!(rival_kind("TCPRoute"), None);
     }
 }

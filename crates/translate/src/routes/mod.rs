@@ -397,6 +397,8 @@ fn attach_route<R: RouteKind>(
         ),
     };
     let mut parent_statuses = Vec::new();
+    // This route's attachments are the ones pushed from here on: only they can hold its rules.
+    let own_from = attachments.len();
     for o in outcomes {
         for (li, hosts) in o.listeners {
             // Two parentRefs may select the same listener: serve the rules once, for the union
@@ -405,7 +407,7 @@ fn attach_route<R: RouteKind>(
                 a.gateway == o.gateway && a.listener == li && Rc::ptr_eq(&a.rules, &rules)
             };
             let parent = parent_statuses.len();
-            match attachments.iter_mut().find(|a| same(a)) {
+            match attachments[own_from..].iter_mut().find(|a| same(a)) {
                 Some(existing) => {
                     existing.hostnames.extend(hosts);
                     existing.hostnames.sort();
