@@ -12,11 +12,56 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// A stage of one reconcile pass (see [`Stage`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: &'static str,
+}
+
+/// The stages of a reconcile pass, timed separately: which one grows with the configuration
+/// is what says where the next optimisation belongs (issue 18: a pass whose cost follows the
+/// change, not the whole configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Reading the sources into one snapshot (and the mode's per-snapshot options).
+    Snapshot,
+    /// Objects to IR and status (`translate`).
+    Translate,
+    /// Whether the new IR differs from the one serving.
+    Compare,
+    /// The data plane compiling and swapping in the new configuration (only when it changed).
+    Apply,
+    /// Status stamped against the last, the admin snapshot and listener gauges published.
+    Status,
+    /// Controller mode: status patches computed and queued for the writer.
+    StatusQueue,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Snapshot => "snapshot",
+            Stage::Translate => "translate",
+            Stage::Compare => "compare",
+            Stage::Apply => "apply",
+            Stage::Status => "status",
+            Stage::StatusQueue => "status_queue",
+        }
+    }
+}
+
+fn stage_histogram() -> Histogram {
+    // From 10 µs to ~5 s.
+    Histogram::new(exponential_buckets(0.00001, 2.0, 20))
+}
+
 /// How configuration changes are doing.
 pub struct ControlMetrics {
     pub generation: Gauge,
     pub apply_duration: Histogram,
     pub reconciles: Family<ResultLabel, Counter>,
+    /// Time per stage of every pass (applied or not).
+    pub stage_duration: Family<StageLabel, Histogram, fn() -> Histogram>,
     pub source_errors: Gauge,
     /// Controller mode: status patches by result (patched, conflict, failed).
     pub status_writes: Family<ResultLabel, Counter>,
@@ -39,6 +84,7 @@ impl ControlMetrics {
             // From 100 µs to ~6.5 s: a change should land in milliseconds.
             apply_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             reconciles: Family::default(),
+            stage_duration: Family::new_with_constructor(stage_histogram),
             source_errors: Gauge::default(),
             status_writes: Family::default(),
             api_connected: Gauge::default(),
@@ -58,6 +104,11 @@ impl ControlMetrics {
             "gatehouse_config_reconciles",
             "Reconciliations of the sources, by result (applied, unchanged, error)",
             m.reconciles.clone(),
+        );
+        registry.register(
+            "gatehouse_config_pass_stage_duration_seconds",
+            "Time each stage of a reconcile pass took (snapshot, translate, compare, apply, status, status_queue); apply only when the configuration changed",
+            m.stage_duration.clone(),
         );
         registry.register(
             "gatehouse_config_source_errors",
@@ -80,6 +131,15 @@ impl ControlMetrics {
             m.listener_programmed.clone(),
         );
         m
+    }
+
+    /// Records how long `stage` of a pass took.
+    pub fn stage(&self, stage: Stage, took: std::time::Duration) {
+        self.stage_duration
+            .get_or_create(&StageLabel {
+                stage: stage.name(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// Sets the per-listener gauge from the status just computed; listeners that are gone

@@ -9,7 +9,7 @@
 //! `gatehouse controller` only choose the source, the publisher and the status sink. Reading
 //! and translating run on the blocking pool, so a large configuration never delays requests.
 
-use crate::metrics::{ControlMetrics, ResultLabel};
+use crate::metrics::{ControlMetrics, ResultLabel, Stage};
 use crate::source::{Source, SourceSnapshot};
 use crate::state::{ControlState, Published};
 use futures_util::future::BoxFuture;
@@ -164,28 +164,66 @@ impl<S: Source> Reconciler<S> {
         let mut source = self.source.take().expect("held between passes");
         let mut adjust = self.adjust.take();
         let mut options = self.options.clone();
-        let (source, adjust, snapshot, mut output) = tokio::task::spawn_blocking(move || {
-            let snapshot = source.snapshot();
-            if let Some(adjust) = adjust.as_mut() {
-                adjust(&snapshot.input, &mut options);
-            }
-            let output = translate(&snapshot.input, &options);
-            (source, adjust, snapshot, output)
-        })
-        .await
-        .expect("reading and translating never panic");
+        let (source, adjust, snapshot, mut output, times) =
+            tokio::task::spawn_blocking(move || {
+                let t = Instant::now();
+                let snapshot = source.snapshot();
+                if let Some(adjust) = adjust.as_mut() {
+                    adjust(&snapshot.input, &mut options);
+                }
+                let snapshot_took = t.elapsed();
+                let t = Instant::now();
+                let output = translate(&snapshot.input, &options);
+                let times = PassTimes {
+                    snapshot: snapshot_took,
+                    translate: t.elapsed(),
+                    ..PassTimes::default()
+                };
+                (source, adjust, snapshot, output, times)
+            })
+            .await
+            .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
+        let metrics = &self.state.metrics;
+        metrics.stage(Stage::Snapshot, times.snapshot);
+        metrics.stage(Stage::Translate, times.translate);
         let infrastructure = std::mem::take(&mut output.infrastructure);
-        let status = publish(&self.state, &*self.publisher, &snapshot, output, started).await;
+        let status = publish(
+            &self.state,
+            &*self.publisher,
+            &snapshot,
+            output,
+            started,
+            times,
+        )
+        .await;
         let config = self.state.published.load_full().config.clone();
         if let Some(sink) = self.status.as_mut() {
             // The sink's writer counts the patches in gatehouse_status_writes_total as they
             // finish.
+            let t = Instant::now();
             sink.write(&snapshot.input, status, &config, &infrastructure)
                 .await;
+            self.state.metrics.stage(Stage::StatusQueue, t.elapsed());
         }
     }
+}
+
+/// How long the stages of one pass took (see [`Stage`]); logged with every applied
+/// configuration.
+#[derive(Clone, Copy, Debug, Default)]
+struct PassTimes {
+    snapshot: Duration,
+    translate: Duration,
+    compare: Duration,
+    /// Zero when the configuration did not change (nothing was applied).
+    apply: Duration,
+    status: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// The longest pause `pace` puts between two passes.
@@ -210,14 +248,21 @@ async fn publish(
     snapshot: &SourceSnapshot,
     output: Output,
     started: Instant,
+    mut times: PassTimes,
 ) -> Status {
     let errors = snapshot.errors.clone();
     state.metrics.source_errors.set(errors.len() as i64);
     let previous = state.published.load_full();
+    let t = Instant::now();
     let config_changed = *previous.config != output.config;
+    times.compare = t.elapsed();
+    state.metrics.stage(Stage::Compare, times.compare);
     let (config, applied) = if config_changed {
         let config = Arc::new(output.config);
+        let t = Instant::now();
         let applied = publisher.apply(Arc::clone(&config)).await;
+        times.apply = t.elapsed();
+        state.metrics.stage(Stage::Apply, times.apply);
         (config, applied)
     } else {
         let applied = Applied {
@@ -227,6 +272,7 @@ async fn publish(
     };
     let serving = publisher.serving();
 
+    let t = Instant::now();
     let mut status = output.status;
     gatehouse_translate::serving::apply(&mut status, &config, &serving);
     gatehouse_translate::stamp_status(
@@ -264,6 +310,8 @@ async fn publish(
         bind_errors,
         diagnostics: applied.diagnostics,
     }));
+    times.status = t.elapsed();
+    state.metrics.stage(Stage::Status, times.status);
 
     let result = if config_changed {
         state
@@ -272,7 +320,12 @@ async fn publish(
             .observe(started.elapsed().as_secs_f64());
         tracing::info!(
             generation,
-            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+            elapsed_ms = ms(started.elapsed()),
+            snapshot_ms = ms(times.snapshot),
+            translate_ms = ms(times.translate),
+            compare_ms = ms(times.compare),
+            apply_ms = ms(times.apply),
+            status_ms = ms(times.status),
             "configuration applied"
         );
         "applied"

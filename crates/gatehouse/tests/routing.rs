@@ -404,6 +404,9 @@ async fn admin_endpoint_serves_health_metrics_config_and_status() {
         "gatehouse_http_request_duration_seconds_bucket",
         "gatehouse_config_generation 1",
         "gatehouse_config_apply_duration_seconds_count 1",
+        // Each stage of the pass is timed; the data plane applied the one configuration once.
+        "gatehouse_config_pass_stage_duration_seconds_count{stage=\"apply\"} 1",
+        "gatehouse_config_pass_stage_duration_seconds_count{stage=\"translate\"}",
         "gatehouse_downstream_connections_active",
         "gatehouse_upstream_connect_failures_total",
     ] {
