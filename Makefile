@@ -10,6 +10,7 @@ help:
 	@echo "make build     release build of the gatehouse binary"
 	@echo "make image     container images (buildah, no Docker): target/image, target/images"
 	@echo "make helm-e2e  the image and the Helm chart end to end on the local cluster (root)"
+	@echo "make bench-seed001 seed 001's scale tests (listeners, HTTPS, routes, upstreams, matches), standalone"
 	@echo "make bench-nfr zero-downtime scaling and longevity (seeds 000, 002) on the local cluster (root)"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root;"
 	@echo "                 CONFORMANCE_ARGS=--provisioned: through a data plane per Gateway)"
@@ -112,6 +113,12 @@ bench-nfr:
 .PHONY: bench-controlplane
 bench-controlplane:
 	bench/controlplane/run $(BENCH_ARGS)
+
+# Seed 001's five scale tests standalone (gatehouse run -f, no cluster, no root): 64 HTTP and 64
+# HTTPS listeners, 1000 routes, 648 upstream servers, 50 matches; bench/README.md.
+.PHONY: bench-seed001
+bench-seed001: build
+	bench/controlplane/seed001 $(BENCH_ARGS)
 
 # The official Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance v1.7.0) on this
 # machine, no Docker: local control plane with kube-controller-manager, the conformance node agent
