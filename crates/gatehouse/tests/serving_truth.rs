@@ -246,12 +246,16 @@ async fn two_gateways_on_one_port_share_it_or_the_newer_is_told_why_not() {
             team_route("rb", "gw-b", "a.example.com", "svc-b")
         ),
     );
+    // Two files, so possibly two passes: wait for the one that has read both (rb's new
+    // hostname), or rb's status may still be the one of its old hostname.
     eventually("gw-b is refused", Duration::from_secs(5), || {
         let gw = &gw;
         async move {
             let status = gw.status().await;
             let g = object(&status, "Gateway", "default", "gw-b");
+            let rb = object(&status, "HTTPRoute", "default", "rb");
             condition(&listener(g, "web")["conditions"], "Accepted").0 == "False"
+                && rb["spec"]["hostnames"][0] == "a.example.com"
         }
     })
     .await;
