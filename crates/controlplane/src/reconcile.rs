@@ -166,17 +166,17 @@ impl<S: Source> Reconciler<S> {
         let mut options = self.options.clone();
         let (source, adjust, snapshot, mut output, times) =
             tokio::task::spawn_blocking(move || {
-                let t = Instant::now();
-                let snapshot = source.snapshot();
-                if let Some(adjust) = adjust.as_mut() {
-                    adjust(&snapshot.input, &mut options);
-                }
-                let snapshot_took = t.elapsed();
-                let t = Instant::now();
-                let output = translate(&snapshot.input, &options);
+                let (snapshot, snapshot_took) = timed(|| {
+                    let snapshot = source.snapshot();
+                    if let Some(adjust) = adjust.as_mut() {
+                        adjust(&snapshot.input, &mut options);
+                    }
+                    snapshot
+                });
+                let (output, translate_took) = timed(|| translate(&snapshot.input, &options));
                 let times = PassTimes {
                     snapshot: snapshot_took,
-                    translate: t.elapsed(),
+                    translate: translate_took,
                     ..PassTimes::default()
                 };
                 (source, adjust, snapshot, output, times)
@@ -185,9 +185,6 @@ impl<S: Source> Reconciler<S> {
             .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
-        let metrics = &self.state.metrics;
-        metrics.stage(Stage::Snapshot, times.snapshot);
-        metrics.stage(Stage::Translate, times.translate);
         let infrastructure = std::mem::take(&mut output.infrastructure);
         let status = publish(
             &self.state,
@@ -210,16 +207,35 @@ impl<S: Source> Reconciler<S> {
     }
 }
 
-/// How long the stages of one pass took (see [`Stage`]); logged with every applied
-/// configuration.
+/// How long the stages of one pass took (see [`Stage`]); observed in the metrics once the
+/// pass has published, and logged with every applied configuration.
 #[derive(Clone, Copy, Debug, Default)]
 struct PassTimes {
     snapshot: Duration,
     translate: Duration,
     compare: Duration,
-    /// Zero when the configuration did not change (nothing was applied).
-    apply: Duration,
+    /// `None` when the configuration did not change (nothing was applied).
+    apply: Option<Duration>,
     status: Duration,
+}
+
+impl PassTimes {
+    fn observe(&self, metrics: &ControlMetrics) {
+        metrics.stage(Stage::Snapshot, self.snapshot);
+        metrics.stage(Stage::Translate, self.translate);
+        metrics.stage(Stage::Compare, self.compare);
+        if let Some(apply) = self.apply {
+            metrics.stage(Stage::Apply, apply);
+        }
+        metrics.stage(Stage::Status, self.status);
+    }
+}
+
+/// `f`'s result and how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    let value = f();
+    (value, t.elapsed())
 }
 
 fn ms(d: Duration) -> f64 {
@@ -253,16 +269,13 @@ async fn publish(
     let errors = snapshot.errors.clone();
     state.metrics.source_errors.set(errors.len() as i64);
     let previous = state.published.load_full();
-    let t = Instant::now();
-    let config_changed = *previous.config != output.config;
-    times.compare = t.elapsed();
-    state.metrics.stage(Stage::Compare, times.compare);
+    let (config_changed, compare) = timed(|| *previous.config != output.config);
+    times.compare = compare;
     let (config, applied) = if config_changed {
         let config = Arc::new(output.config);
         let t = Instant::now();
         let applied = publisher.apply(Arc::clone(&config)).await;
-        times.apply = t.elapsed();
-        state.metrics.stage(Stage::Apply, times.apply);
+        times.apply = Some(t.elapsed());
         (config, applied)
     } else {
         let applied = Applied {
@@ -311,7 +324,7 @@ async fn publish(
         diagnostics: applied.diagnostics,
     }));
     times.status = t.elapsed();
-    state.metrics.stage(Stage::Status, times.status);
+    times.observe(&state.metrics);
 
     let result = if config_changed {
         state
@@ -324,7 +337,7 @@ async fn publish(
             snapshot_ms = ms(times.snapshot),
             translate_ms = ms(times.translate),
             compare_ms = ms(times.compare),
-            apply_ms = ms(times.apply),
+            apply_ms = times.apply.map(ms).unwrap_or_default(),
             status_ms = ms(times.status),
             "configuration applied"
         );
