@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts (bench/dataplane/run, bench/nfr/run,
-bench/controlplane/run and standalone)."""
+bench/controlplane/run, standalone and seed001)."""
 
 import os
 import random
@@ -79,3 +79,43 @@ def parse_wrk(out):
     for p, v, u in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M):
         r["latency"][int(p)] = float(v) * UNIT[u]
     return r
+
+
+def pct(xs, p):
+    """Nearest-rank percentile of a list (None when empty)."""
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    k = max(0, min(len(xs) - 1, int(round(p / 100.0 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def write_atomic(path, text):
+    """Writes a file the way a watcher should see it: a temp file beside it, then a rename."""
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+# The stages of a reconcile pass in gatehouse run -f (status_queue is the controller's).
+STAGES = ("snapshot", "translate", "compare", "apply", "status")
+
+
+def stage_totals(metrics_text):
+    """{stage: (seconds summed, passes)} from gatehouse_config_pass_stage_duration_seconds in
+    a /metrics text."""
+    out = {}
+    for line in metrics_text.splitlines():
+        if not line.startswith("gatehouse_config_pass_stage_duration_seconds_"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        for stage in STAGES:
+            if f'stage="{stage}"' in name:
+                total, count = out.get(stage, (0.0, 0))
+                if name.startswith("gatehouse_config_pass_stage_duration_seconds_sum"):
+                    total = float(value)
+                elif name.startswith("gatehouse_config_pass_stage_duration_seconds_count"):
+                    count = int(float(value))
+                out[stage] = (total, count)
+    return out
