@@ -451,9 +451,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Counted<'_, I> {
 /// is 8 KiB: a 1 MiB response then costs 128 reads and 128 writes through the proxy, and the
 /// syscalls, not the copying, set the pace of bulk transfers (nginx's stream proxy reads 16 KiB
 /// at a time). Each direction holds its buffer for the connection's life, so this is also the
-/// memory an idle WebSocket or TCP connection pins: 2 × this. Measured side by side with nginx
-/// (bench/dataplane `tcp-stream`, 1 MiB responses, one worker each): 8 KiB gave 0.59× nginx's
-/// rate, 16 KiB 0.96×, 64 KiB 1.16× at four times the memory per connection.
+/// memory an idle WebSocket or TCP connection pins: 2 × this (figures: docs/architecture.md,
+/// Layer 4).
 const COPY_BUFFER: usize = 16 * 1024;
 
 /// Copies both ways until both sides closed (a side that ends its stream gets the other's
