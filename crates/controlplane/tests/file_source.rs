@@ -751,6 +751,44 @@ spec:
     );
 }
 
+/// ClusterTrustBundles load by name (cluster-scoped: a namespace is dropped with a warning on
+/// its line); an apiVersion other than v1beta1 is an error that names the supported one.
+#[test]
+fn cluster_trust_bundles_load_cluster_scoped() {
+    let (loaded, file) = load_one(
+        "\
+apiVersion: certificates.k8s.io/v1beta1
+kind: ClusterTrustBundle
+metadata: {name: corp-ca, namespace: ignored}
+spec: {trustBundle: pem}
+",
+    );
+    assert!(
+        only_warning(&loaded, &file, 3).contains("ClusterTrustBundle is cluster-scoped"),
+        "{:?}",
+        loaded.warnings
+    );
+    let bundle = &loaded.input.cluster_trust_bundles[0];
+    assert_eq!(bundle.metadata.name.as_deref(), Some("corp-ca"));
+    assert_eq!(bundle.metadata.namespace, None);
+    assert_eq!(bundle.spec.trust_bundle, "pem");
+
+    let (loaded, file) = load_one(
+        "\
+apiVersion: certificates.k8s.io/v1alpha1
+kind: ClusterTrustBundle
+metadata: {name: old}
+spec: {trustBundle: pem}
+",
+    );
+    assert!(
+        only_error(&loaded, &file, 1).contains("supported versions: v1beta1"),
+        "{:?}",
+        loaded.errors
+    );
+    assert!(loaded.input.cluster_trust_bundles.is_empty());
+}
+
 /// What a load serves, comparable between two sources: every route's name and path, the
 /// errors and the stale files (the YAML text itself is what both parsed).
 fn served(loaded: &Loaded) -> (Vec<String>, Vec<String>, Vec<PathBuf>) {

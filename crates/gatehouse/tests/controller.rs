@@ -405,6 +405,158 @@ async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
     running.stop().await;
 }
 
+/// An HTTPS backend inside the test process: answers every request on a connection with
+/// 200 "tls-ok" under `pair`'s certificate.
+async fn tls_backend(addr: SocketAddr, pair: &gatehouse_testkit::certs::Pair) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = gatehouse_testkit::certs::server_config(pair, None, &[b"http/1.1"]);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = tls.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        head.drain(..end + 4);
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ntls-ok";
+                        if tls.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// BackendTLSPolicy CA bundles from ClusterTrustBundles (certificates.k8s.io/v1beta1; cluster/up
+/// enables the API): the controller watches a bundle by name once a policy names it, so its
+/// creation, update and deletion reach status and traffic. Without the bundle, or with one
+/// that does not hold the backend's CA, requests fail rather than reach an unverified backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_trust_bundles_verify_backends_as_they_change() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let host = TestHost::new();
+    let backend_ca = gatehouse_testkit::certs::Ca::new("ctb-backend-ca");
+    let other_ca = gatehouse_testkit::certs::Ca::new("ctb-other-ca");
+    let backend = SocketAddr::from((host.host_ip, 9011));
+    tls_backend(backend, &backend_ca.server(&["backend.internal"], 51)).await;
+    env.base_objects();
+    env.service("secure", &[backend]);
+    env.route("r", "/secure", "secure");
+    let bundle = unique("ctb");
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: p, namespace: {ns}}}\nspec:\n  targetRefs: [{{group: '', kind: Service, name: secure}}]\n  validation:\n    hostname: backend.internal\n    caCertificateRefs: [{{group: certificates.k8s.io, kind: ClusterTrustBundle, name: {bundle}}}]\n",
+        ns = env.ns
+    ));
+    let put_bundle = |pem: &str| {
+        let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+        apply(&format!(
+            "apiVersion: certificates.k8s.io/v1beta1\nkind: ClusterTrustBundle\nmetadata: {{name: {bundle}}}\nspec:\n  trustBundle: |\n{indented}"
+        ));
+    };
+    let running = start(env.options("127.0.0.1", None), kube_client().await)
+        .await
+        .unwrap();
+    let c = client_for();
+    let u = env.url("127.0.0.1", "/secure");
+    let policy = |t: &str| {
+        env.condition(
+            "backendtlspolicy",
+            "p",
+            &["status", "ancestors", "0", "conditions"],
+            t,
+        )
+    };
+    // The status, and the body of a 200 (the backend's answer).
+    let get_secure = |c: reqwest::Client, u: String| async move {
+        match c.get(&u).send().await {
+            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    };
+    let answers = |fits: fn(u16) -> bool| {
+        let (c, u) = (c.clone(), u.clone());
+        move || {
+            let (c, u) = (c.clone(), u.clone());
+            async move { fits(get_secure(c, u).await.0) }
+        }
+    };
+
+    eventually(
+        "without the bundle, the policy says why and requests fail",
+        Duration::from_secs(20),
+        || async {
+            policy("ResolvedRefs") == tt("False", "InvalidCACertificateRef")
+                && policy("Accepted") == tt("False", "NoValidCACertificate")
+        },
+    )
+    .await;
+    eventually(
+        "no bundle: 5xx",
+        Duration::from_secs(10),
+        answers(|s| (500..600).contains(&s)),
+    )
+    .await;
+
+    put_bundle(&other_ca.pem);
+    eventually(
+        "a bundle without the backend's CA resolves",
+        Duration::from_secs(20),
+        || async { policy("ResolvedRefs") == tt("True", "ResolvedRefs") },
+    )
+    .await;
+    eventually(
+        "but the backend is not trusted: 502",
+        Duration::from_secs(10),
+        answers(|s| s == 502),
+    )
+    .await;
+
+    put_bundle(&backend_ca.pem);
+    eventually(
+        "the updated bundle verifies the backend",
+        Duration::from_secs(20),
+        || {
+            let (c, u) = (c.clone(), u.clone());
+            async move { get_secure(c, u).await == (200, "tls-ok".into()) }
+        },
+    )
+    .await;
+    assert_eq!(policy("Accepted"), tt("True", "Accepted"));
+
+    kubectl(&["delete", "clustertrustbundle", &bundle], None);
+    eventually(
+        "the deleted bundle is gone from status",
+        Duration::from_secs(20),
+        || async { policy("ResolvedRefs") == tt("False", "InvalidCACertificateRef") },
+    )
+    .await;
+    eventually(
+        "and from traffic",
+        Duration::from_secs(10),
+        answers(|s| (500..600).contains(&s)),
+    )
+    .await;
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_elect_one_status_writer_and_fail_over() {
     if kubeconfig().is_none() {

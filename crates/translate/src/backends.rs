@@ -446,22 +446,28 @@ impl<'a> Backends<'a> {
         }
         let mut bundle = String::new();
         for r in refs {
-            if !r.group.is_empty() || r.kind != "ConfigMap" {
+            let pem = if crate::refs::is_cluster_trust_bundle(&r.group, &r.kind) {
+                self.refs
+                    .trust_bundle(&r.name)
+                    .map_err(|e| (INVALID_CA_CERTIFICATE_REF, e))?
+            } else if r.group.is_empty() && r.kind == "ConfigMap" {
+                let key = ObjectKey::new(ns.clone(), r.name.clone());
+                let cm = self.refs.config_maps.get(&key).ok_or((
+                    INVALID_CA_CERTIFICATE_REF,
+                    format!("ConfigMap {key} not found"),
+                ))?;
+                crate::certificates::ca_bundle(cm)
+                    .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?
+            } else {
                 return Err((
                     INVALID_KIND,
                     format!(
-                        "caCertificateRef kind {}/{} is not supported; use a ConfigMap",
+                        "caCertificateRef kind {}/{} is not supported; use a ConfigMap or a \
+                         certificates.k8s.io/ClusterTrustBundle",
                         r.group, r.kind
                     ),
                 ));
-            }
-            let key = ObjectKey::new(ns.clone(), r.name.clone());
-            let cm = self.refs.config_maps.get(&key).ok_or((
-                INVALID_CA_CERTIFICATE_REF,
-                format!("ConfigMap {key} not found"),
-            ))?;
-            let pem = crate::certificates::ca_bundle(cm)
-                .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?;
+            };
             bundle.push_str(&pem);
             if !bundle.ends_with('\n') {
                 bundle.push('\n');

@@ -1,6 +1,7 @@
-//! Certificates and CA bundles from Secrets and ConfigMaps, validated here so that a bad one
-//! becomes a status condition instead of a failed handshake.
+//! Certificates and CA bundles from Secrets, ConfigMaps and ClusterTrustBundles, validated here
+//! so that a bad one becomes a status condition instead of a failed handshake.
 
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -48,6 +49,15 @@ pub fn tls_secret(secret: &Secret) -> Result<(String, String), String> {
     let as_text =
         |b: Vec<u8>, what: &str| String::from_utf8(b).map_err(|_| format!("{what} is not text"));
     Ok((as_text(cert, "tls.crt")?, as_text(key, "tls.key")?))
+}
+
+/// The CA bundle of a ClusterTrustBundle (`spec.trustBundle`, PEM certificates only, as the
+/// API server validates it), checked to hold at least one certificate: the API allows an
+/// empty bundle, which would trust nothing.
+pub fn trust_bundle(bundle: &ClusterTrustBundle) -> Result<String, String> {
+    let pem = &bundle.spec.trust_bundle;
+    certificates(pem.as_bytes()).map_err(|e| format!("trustBundle: {e}"))?;
+    Ok(pem.clone())
 }
 
 /// The CA bundle under `ca.crt` of a ConfigMap, checked to hold at least one certificate.

@@ -15,6 +15,7 @@ use gateway_api::apis::standard::{
     grpcroutes::GrpcRoute, listenersets::ListenerSet, referencegrants::ReferenceGrant,
     tlsroutes::TlsRoute,
 };
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
@@ -315,6 +316,10 @@ registry! {
     secrets: Secret, ["v1"], Watch::Referenced(crate::refs::referenced_secrets), namespaced, object;
     /// Only the ConfigMaps that Gateways and policies reference need to be here (CA bundles).
     config_maps: ConfigMap, ["v1"], Watch::Referenced(crate::refs::referenced_config_maps), namespaced, object;
+    /// CA bundles by name (certificates.k8s.io/v1beta1, Kubernetes 1.33 and later with the
+    /// ClusterTrustBundle API enabled). Watched only when referenced, so a cluster without
+    /// the API costs nothing until a policy or Gateway names one.
+    cluster_trust_bundles: ClusterTrustBundle, ["v1beta1"], Watch::Referenced(crate::refs::referenced_cluster_trust_bundles), cluster, object;
     /// Gatehouse's own parameters kind (GatewayClass and Gateway parametersRefs). Watched
     /// whole: there are few, and a Gateway that names one must find it in its first snapshot.
     gatehouse_parameters: GatehouseParameters, ["v1alpha1"], OPTIONAL, namespaced, object;

@@ -46,10 +46,14 @@ pub const CONTROLLER_NAME: &str = "gatehouse.dev/gateway-controller";
 
 /// Features listed in GatewayClass status.supportedFeatures: only what passes the official
 /// conformance suite here (`make conformance`; conformance/reports/). The suite reads this list
-/// to decide what to test, so a feature that is listed but broken fails the run.
+/// to decide what to test, so a feature that is listed but broken fails the run. A feature
+/// the suite names but has no test for yet (ClusterTrustBundle in v1.7.0) is listed once
+/// Gatehouse's own tests cover it: translate fixtures and the controller test against a real
+/// API server (docs/architecture.md, "Features without conformance tests").
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
+    "ClusterTrustBundle",
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayBackendClientCertificate",
@@ -207,7 +211,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         &parameters,
         options.provisioned,
     );
-    let refs = refs::Refs::new(&input.secrets, &input.config_maps, &input.reference_grants);
+    let refs = refs::Refs::new(input);
     let mut certificates: BTreeMap<String, ir::Certificate> = BTreeMap::new();
     let namespace_labels = namespace_labels(input);
     let mut gws = gateways::gateways(

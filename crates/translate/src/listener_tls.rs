@@ -276,13 +276,32 @@ fn frontend_validation(
     }))
 }
 
-/// One CA certificate reference of client validation: the PEM bundle of its ConfigMap.
+/// One CA certificate reference of client validation: the PEM bundle of its ConfigMap or
+/// ClusterTrustBundle.
 fn ca_ref(gw_ns: &str, r: &CaRef, refs: &Refs) -> Result<String, Problem> {
     let (group, kind, name) = (r.group.as_str(), r.kind.as_str(), r.name.as_str());
+    if crate::refs::is_cluster_trust_bundle(group, kind) {
+        // The API's validation rejects a namespace here; files are not validated by it.
+        if let Some(ns) = &r.namespace {
+            return Err((
+                INVALID_CA_CERTIFICATE_REF,
+                format!(
+                    "ClusterTrustBundle {name} is cluster-scoped: its reference must not set \
+                     namespace (it sets {ns})"
+                ),
+            ));
+        }
+        return refs
+            .trust_bundle(name)
+            .map_err(|e| (INVALID_CA_CERTIFICATE_REF, e));
+    }
     if !group.is_empty() || kind != "ConfigMap" {
         return Err((
             INVALID_CA_CERTIFICATE_KIND,
-            format!("caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap"),
+            format!(
+                "caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap or a \
+                 certificates.k8s.io/ClusterTrustBundle"
+            ),
         ));
     }
     let ns = r.namespace.clone().unwrap_or_else(|| gw_ns.to_string());

@@ -1,7 +1,9 @@
-//! Lookups of referenced objects shared by every stage: Secrets, ConfigMaps, ReferenceGrants.
+//! Lookups of referenced objects shared by every stage: Secrets, ConfigMaps,
+//! ClusterTrustBundles, ReferenceGrants.
 
 use crate::objects::{ObjectKey, namespace};
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,15 +19,20 @@ pub struct Referrer<'a> {
 pub struct Refs<'a> {
     pub secrets: BTreeMap<ObjectKey, &'a Secret>,
     pub config_maps: BTreeMap<ObjectKey, &'a ConfigMap>,
+    /// Cluster-scoped: by name.
+    pub cluster_trust_bundles: BTreeMap<&'a str, &'a ClusterTrustBundle>,
     grants: &'a [Arc<ReferenceGrant>],
 }
 
 impl<'a> Refs<'a> {
-    pub fn new(
-        secrets: &'a [Arc<Secret>],
-        config_maps: &'a [Arc<ConfigMap>],
-        grants: &'a [Arc<ReferenceGrant>],
-    ) -> Self {
+    pub fn new(input: &'a crate::Input) -> Self {
+        let crate::Input {
+            secrets,
+            config_maps,
+            cluster_trust_bundles,
+            reference_grants: grants,
+            ..
+        } = input;
         Refs {
             secrets: secrets
                 .iter()
@@ -35,8 +42,24 @@ impl<'a> Refs<'a> {
                 .iter()
                 .map(|c| (ObjectKey::of(&c.metadata), &**c))
                 .collect(),
+            cluster_trust_bundles: cluster_trust_bundles
+                .iter()
+                .filter_map(|b| Some((b.metadata.name.as_deref()?, &**b)))
+                .collect(),
             grants,
         }
+    }
+
+    /// The CA bundle of ClusterTrustBundle `name`, or why there is none. Cluster-scoped, so
+    /// no ReferenceGrant is involved: a ClusterTrustBundle holds only public certificates and
+    /// is readable cluster-wide by design.
+    pub fn trust_bundle(&self, name: &str) -> Result<String, String> {
+        let bundle = self
+            .cluster_trust_bundles
+            .get(name)
+            .ok_or_else(|| format!("ClusterTrustBundle {name} not found"))?;
+        crate::certificates::trust_bundle(bundle)
+            .map_err(|e| format!("ClusterTrustBundle {name}: {e}"))
     }
 
     /// May `from` refer to (group, kind, name) in `to_namespace`? Always within a namespace;
@@ -116,6 +139,37 @@ pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
     }
     out
 }
+
+/// The ClusterTrustBundles that Gateways (client validation) and BackendTLSPolicies reference
+/// (CA bundles), keyed with an empty namespace: the kind is cluster-scoped.
+pub fn referenced_cluster_trust_bundles(input: &crate::Input) -> BTreeSet<ObjectKey> {
+    let mut out = BTreeSet::new();
+    for gw in &input.gateways {
+        for (_, validation) in crate::listener_tls::frontend_validations(gw) {
+            for r in validation.ca_refs {
+                if is_cluster_trust_bundle(&r.group, &r.kind) {
+                    out.insert(ObjectKey::new(String::new(), r.name));
+                }
+            }
+        }
+    }
+    for p in &input.backend_tls_policies {
+        for r in p.spec.validation.ca_certificate_refs.iter().flatten() {
+            if is_cluster_trust_bundle(&r.group, &r.kind) {
+                out.insert(ObjectKey::new(String::new(), r.name.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a CA certificate reference names a ClusterTrustBundle (`certificates.k8s.io`).
+pub fn is_cluster_trust_bundle(group: &str, kind: &str) -> bool {
+    group == CLUSTER_TRUST_BUNDLE_GROUP && kind == CLUSTER_TRUST_BUNDLE_KIND
+}
+
+pub const CLUSTER_TRUST_BUNDLE_GROUP: &str = "certificates.k8s.io";
+pub const CLUSTER_TRUST_BUNDLE_KIND: &str = "ClusterTrustBundle";
 
 /// The ConfigMaps that Gateways (client validation) and BackendTLSPolicies reference (CA
 /// bundles).

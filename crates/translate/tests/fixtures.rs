@@ -507,6 +507,17 @@ fn input_pems(input: &Input) -> BTreeMap<String, Vec<String>> {
             add("ConfigMap", &c.metadata, key, v.clone());
         }
     }
+    // Cluster-scoped: named without a namespace.
+    for b in &input.cluster_trust_bundles {
+        if b.spec.trust_bundle.contains("-----BEGIN ") {
+            pems.entry(b.spec.trust_bundle.clone())
+                .or_default()
+                .push(format!(
+                    "ClusterTrustBundle {} trustBundle",
+                    b.metadata.name.as_deref().unwrap_or_default()
+                ));
+        }
+    }
     for names in pems.values_mut() {
         names.sort();
     }

@@ -160,15 +160,16 @@ fn kind_not_served(e: &watcher::Error) -> bool {
 }
 
 /// Keep `writer`'s store in sync with `api`, notifying on every change, until aborted.
+/// `absent` is set while the API server says it does not serve the kind.
 fn spawn_reflector<K: Kind>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     signals: Arc<Signals>,
+    absent: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
     let what = K::kind_name();
     tokio::spawn(async move {
-        let absent = Arc::new(AtomicBool::new(false));
         let backoff = WatchBackoff::new(Arc::clone(&absent));
         let stream = reflector::reflector(writer, watcher(api, config)).backoff(backoff);
         futures_util::pin_mut!(stream);
@@ -247,8 +248,10 @@ impl<K: Kind> Mirror for All<K> {
     }
 }
 
-/// The store and the watch task of one referenced object.
-type OneObject<K> = (Store<K>, JoinHandle<()>);
+/// The store and the watch task of one referenced object, and whether the API server serves
+/// its kind at all (a ClusterTrustBundle on a cluster without that API): an object of a kind
+/// that is not served is absent, not pending, so readiness does not wait for it forever.
+type OneObject<K> = (Store<K>, JoinHandle<()>, Arc<AtomicBool>);
 
 /// Only the objects of a kind that the rest of the snapshot references, each watched alone.
 struct Referenced<K: Kind> {
@@ -274,7 +277,7 @@ impl<K: Kind> Mirror for Referenced<K> {
     fn fill(&self, input: &mut Input) {
         let wanted = (self.wanted)(input);
         let mut watches = self.watches.lock().expect("not poisoned");
-        watches.retain(|key, (_, task)| {
+        watches.retain(|key, (_, task, _)| {
             let keep = wanted.contains(key);
             if !keep {
                 task.abort();
@@ -289,36 +292,57 @@ impl<K: Kind> Mirror for Referenced<K> {
             let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name));
             // In the object's namespace: RBAC may grant reading Secrets in some namespaces only.
             let api = api_in::<K>(&self.client, &key.namespace);
-            let task = spawn_reflector(api, config, writer, Arc::clone(&self.signals));
-            watches.insert(key, (reader, task));
+            let absent = Arc::new(AtomicBool::new(false));
+            let task = spawn_reflector(
+                api,
+                config,
+                writer,
+                Arc::clone(&self.signals),
+                Arc::clone(&absent),
+            );
+            watches.insert(key, (reader, task, absent));
         }
-        K::of_mut(input).extend(watches.values().flat_map(|(store, _)| store.state()));
+        K::of_mut(input).extend(watches.values().flat_map(|(store, _, _)| store.state()));
     }
 
     fn pending(&self) -> Vec<String> {
         let watches = self.watches.lock().expect("not poisoned");
         watches
             .iter()
-            .filter(|(_, (store, _))| store.wait_until_ready().now_or_never().is_none())
+            .filter(|(_, (store, _, absent))| {
+                !absent.load(Ordering::Acquire) && store.wait_until_ready().now_or_never().is_none()
+            })
             .map(|(key, _)| format!("{} {key}", K::kind_name()))
             .collect()
     }
 
     fn wait_synced(&self) -> BoxFuture<'_, ()> {
-        let stores: Vec<Store<K>> = {
+        let stores: Vec<(Store<K>, Arc<AtomicBool>)> = {
             let watches = self.watches.lock().expect("not poisoned");
-            watches.values().map(|(store, _)| store.clone()).collect()
+            watches
+                .values()
+                .map(|(store, _, absent)| (store.clone(), Arc::clone(absent)))
+                .collect()
         };
         Box::pin(async move {
-            for store in stores {
-                let _ = store.wait_until_ready().await;
+            for (store, absent) in stores {
+                // Until listed, or until the API server says the kind is not served (the
+                // reflector flags it; a 404 takes one round trip).
+                let ready = store.wait_until_ready();
+                futures_util::pin_mut!(ready);
+                while !absent.load(Ordering::Acquire) {
+                    tokio::select! {
+                        _ = &mut ready => break,
+                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    }
+                }
             }
         })
     }
 
     fn stop(&self) {
         let mut watches = self.watches.lock().expect("not poisoned");
-        for (_, (_, task)) in std::mem::take(&mut *watches) {
+        for (_, (_, task, _)) in std::mem::take(&mut *watches) {
             task.abort();
         }
     }
@@ -392,6 +416,7 @@ impl KubeSource {
                             watcher::Config::default(),
                             writer,
                             Arc::clone(self.signals),
+                            Arc::new(AtomicBool::new(false)),
                         );
                         Box::new(All {
                             store,

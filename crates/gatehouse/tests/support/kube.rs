@@ -89,6 +89,9 @@ pub struct TestHost {
     pub ns: String,
     veth: String,
     pub ip: Ipv4Addr,
+    /// This host's end of the veth pair: a non-loopback address (EndpointSlices refuse
+    /// loopback ones) for backends that run inside the test process.
+    pub host_ip: Ipv4Addr,
     children: Vec<Child>,
 }
 
@@ -134,6 +137,7 @@ impl TestHost {
             ns,
             veth,
             ip: ip_addr,
+            host_ip: Ipv4Addr::new(10, b, c, 1),
             children: Vec::new(),
         }
     }
