@@ -153,6 +153,14 @@ pub trait Kind:
     /// change keep their lastTransitionTime ([`crate::stamp_status`]).
     fn carried_status(&self, _status: &mut Status) {}
 
+    /// The object's `status` as JSON, as the status writer compares it with what it would
+    /// write (`Null` when there is none). Only the status is serialised: the whole object,
+    /// managedFields and all, is many times larger, and this runs for every object with a
+    /// status on every pass.
+    fn status_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
     /// `Kind` as manifests spell it (`HTTPRoute`).
     fn kind_name() -> String {
         Self::kind(&()).into_owned()
@@ -210,6 +218,9 @@ macro_rules! registry {
     (@namespaced namespaced) => { true };
     (@namespaced cluster) => { false };
     (@role route) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
+        }
         const STATUS: StatusShape = StatusShape::Shared("parents");
         fn findings(&self) -> Vec<Finding> {
             <Self as crate::RouteKind>::findings(self)
@@ -226,6 +237,9 @@ macro_rules! registry {
         }
     };
     (@role class) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
+        }
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateway_classes.get(&name(self.meta())).map(json)
@@ -237,6 +251,9 @@ macro_rules! registry {
         }
     };
     (@role gateway) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
+        }
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateways.get(&ObjectKey::of(self.meta())).map(json)
@@ -248,6 +265,9 @@ macro_rules! registry {
         }
     };
     (@role listener_set) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
+        }
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.listener_sets.get(&ObjectKey::of(self.meta())).map(json)
@@ -259,6 +279,9 @@ macro_rules! registry {
         }
     };
     (@role policy) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
+        }
         const STATUS: StatusShape = StatusShape::Shared("ancestors");
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status

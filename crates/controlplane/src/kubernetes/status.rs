@@ -252,10 +252,7 @@ impl KindVisitor for Plan<'_> {
             let key: WriteKey = (K::kind_name(), namespace, name);
             let resource_version = meta.resource_version.clone();
             self.seen.insert(key.clone(), resource_version.clone());
-            let carried = serde_json::to_value(&**object)
-                .ok()
-                .and_then(|mut v| v.get_mut("status").map(Value::take))
-                .unwrap_or(Value::Null);
+            let carried = object.status_json();
             let Some(new) = new_status(
                 K::STATUS,
                 &carried,
@@ -355,6 +352,50 @@ mod tests {
                 {"controllerName": "me.io/c", "parentRef": {"name": "new"}},
             ]}))
         );
+    }
+
+    /// What the writer compares is the object's `status` exactly as the whole object
+    /// serialises it, for every kind with a status (and Null for one without).
+    #[test]
+    fn status_json_is_the_status_of_the_serialised_object() {
+        struct Check(Input);
+        impl KindVisitor for Check {
+            fn visit<K: Kind>(&mut self) {
+                for object in K::of(&self.0) {
+                    let whole = serde_json::to_value(&**object).unwrap();
+                    let status = whole.get("status").cloned().unwrap_or(Value::Null);
+                    assert_eq!(object.status_json(), status, "{}", K::kind_name());
+                }
+            }
+        }
+        let manifests = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: a}
+spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
+status:
+  conditions: [{type: Accepted, status: "True", reason: Accepted, message: ok, lastTransitionTime: "2026-11-27T00:00:00Z"}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: a}
+spec: {parentRefs: [{name: gw}]}
+status:
+  parents: [{controllerName: other.io/c, parentRef: {name: gw}, conditions: []}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: no-status, namespace: a}
+spec: {parentRefs: [{name: gw}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: a}
+spec: {ports: [{port: 80}]}
+"#;
+        let input = gatehouse_testkit::manifests::input(manifests);
+        assert_eq!(input.http_routes.len(), 2);
+        for_each_kind(&mut Check(input));
     }
 
     #[test]
