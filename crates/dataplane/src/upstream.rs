@@ -325,6 +325,14 @@ impl H2Endpoint {
         if let Some(s) = self.live_sender() {
             return Ok(s);
         }
+        // Boxed: connecting (TCP, TLS, the HTTP/2 handshake) is a future of several KB, and
+        // inline it would be part of every request's future, which hyper boxes per HTTP/2
+        // stream (a copy of the whole future per request). Only a request that connects pays.
+        Box::pin(self.connect()).await
+    }
+
+    /// A new connection, one at a time: a request that waited for another's connect uses it.
+    async fn connect(&self) -> Result<http2::SendRequest<IdleBody>, UpstreamError> {
         let _connecting = self.connecting.lock().await;
         if let Some(s) = self.live_sender() {
             return Ok(s);
