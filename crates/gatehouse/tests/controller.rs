@@ -491,13 +491,15 @@ async fn cluster_trust_bundles_verify_backends_as_they_change() {
             Err(_) => (0, String::new()),
         }
     };
-    let answers = |fits: fn(u16) -> bool| {
+    // Polls until the answer fits.
+    let answers = |fits: fn(&(u16, String)) -> bool| {
         let (c, u) = (c.clone(), u.clone());
         move || {
             let (c, u) = (c.clone(), u.clone());
-            async move { fits(get_secure(c, u).await.0) }
+            async move { fits(&get_secure(c, u).await) }
         }
     };
+    let server_error: fn(&(u16, String)) -> bool = |(s, _)| (500..600).contains(s);
 
     eventually(
         "without the bundle, the policy says why and requests fail",
@@ -511,7 +513,7 @@ async fn cluster_trust_bundles_verify_backends_as_they_change() {
     eventually(
         "no bundle: 5xx",
         Duration::from_secs(10),
-        answers(|s| (500..600).contains(&s)),
+        answers(server_error),
     )
     .await;
 
@@ -525,7 +527,7 @@ async fn cluster_trust_bundles_verify_backends_as_they_change() {
     eventually(
         "but the backend is not trusted: 502",
         Duration::from_secs(10),
-        answers(|s| s == 502),
+        answers(|(s, _)| *s == 502),
     )
     .await;
 
@@ -533,10 +535,7 @@ async fn cluster_trust_bundles_verify_backends_as_they_change() {
     eventually(
         "the updated bundle verifies the backend",
         Duration::from_secs(20),
-        || {
-            let (c, u) = (c.clone(), u.clone());
-            async move { get_secure(c, u).await == (200, "tls-ok".into()) }
-        },
+        answers(|answer| *answer == (200, "tls-ok".into())),
     )
     .await;
     assert_eq!(policy("Accepted"), tt("True", "Accepted"));
@@ -551,7 +550,7 @@ async fn cluster_trust_bundles_verify_backends_as_they_change() {
     eventually(
         "and from traffic",
         Duration::from_secs(10),
-        answers(|s| (500..600).contains(&s)),
+        answers(server_error),
     )
     .await;
     running.stop().await;

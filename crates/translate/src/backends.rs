@@ -2,7 +2,7 @@
 
 use crate::conditions::names::*;
 use crate::objects::{ObjectKey, age_key};
-use crate::refs::{Referrer, Refs};
+use crate::refs::{Referrer, Refs, unsupported_ca_kind};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType,
@@ -451,22 +451,11 @@ impl<'a> Backends<'a> {
                     .trust_bundle(&r.name)
                     .map_err(|e| (INVALID_CA_CERTIFICATE_REF, e))?
             } else if r.group.is_empty() && r.kind == "ConfigMap" {
-                let key = ObjectKey::new(ns.clone(), r.name.clone());
-                let cm = self.refs.config_maps.get(&key).ok_or((
-                    INVALID_CA_CERTIFICATE_REF,
-                    format!("ConfigMap {key} not found"),
-                ))?;
-                crate::certificates::ca_bundle(cm)
-                    .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))?
+                self.refs
+                    .config_map_bundle(&ObjectKey::new(ns.clone(), r.name.clone()))
+                    .map_err(|e| (INVALID_CA_CERTIFICATE_REF, e))?
             } else {
-                return Err((
-                    INVALID_KIND,
-                    format!(
-                        "caCertificateRef kind {}/{} is not supported; use a ConfigMap or a \
-                         certificates.k8s.io/ClusterTrustBundle",
-                        r.group, r.kind
-                    ),
-                ));
+                return Err((INVALID_KIND, unsupported_ca_kind(&r.group, &r.kind)));
             };
             bundle.push_str(&pem);
             if !bundle.ends_with('\n') {

@@ -218,9 +218,7 @@ macro_rules! registry {
     (@namespaced namespaced) => { true };
     (@namespaced cluster) => { false };
     (@role route) => {
-        fn status_json(&self) -> serde_json::Value {
-            self.status.as_ref().map_or(serde_json::Value::Null, json)
-        }
+        registry!(@status_json);
         const STATUS: StatusShape = StatusShape::Shared("parents");
         fn findings(&self) -> Vec<Finding> {
             <Self as crate::RouteKind>::findings(self)
@@ -237,9 +235,7 @@ macro_rules! registry {
         }
     };
     (@role class) => {
-        fn status_json(&self) -> serde_json::Value {
-            self.status.as_ref().map_or(serde_json::Value::Null, json)
-        }
+        registry!(@status_json);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateway_classes.get(&name(self.meta())).map(json)
@@ -251,9 +247,7 @@ macro_rules! registry {
         }
     };
     (@role gateway) => {
-        fn status_json(&self) -> serde_json::Value {
-            self.status.as_ref().map_or(serde_json::Value::Null, json)
-        }
+        registry!(@status_json);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateways.get(&ObjectKey::of(self.meta())).map(json)
@@ -265,9 +259,7 @@ macro_rules! registry {
         }
     };
     (@role listener_set) => {
-        fn status_json(&self) -> serde_json::Value {
-            self.status.as_ref().map_or(serde_json::Value::Null, json)
-        }
+        registry!(@status_json);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.listener_sets.get(&ObjectKey::of(self.meta())).map(json)
@@ -279,9 +271,7 @@ macro_rules! registry {
         }
     };
     (@role policy) => {
-        fn status_json(&self) -> serde_json::Value {
-            self.status.as_ref().map_or(serde_json::Value::Null, json)
-        }
+        registry!(@status_json);
         const STATUS: StatusShape = StatusShape::Shared("ancestors");
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status
@@ -295,6 +285,11 @@ macro_rules! registry {
                     .backend_tls_policies
                     .insert(ObjectKey::of(self.meta()), s.clone());
             }
+        }
+    };
+    (@status_json) => {
+        fn status_json(&self) -> serde_json::Value {
+            self.status.as_ref().map_or(serde_json::Value::Null, json)
         }
     };
     (@role object) => {

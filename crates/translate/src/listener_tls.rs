@@ -298,10 +298,7 @@ fn ca_ref(gw_ns: &str, r: &CaRef, refs: &Refs) -> Result<String, Problem> {
     if !group.is_empty() || kind != "ConfigMap" {
         return Err((
             INVALID_CA_CERTIFICATE_KIND,
-            format!(
-                "caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap or a \
-                 certificates.k8s.io/ClusterTrustBundle"
-            ),
+            crate::refs::unsupported_ca_kind(group, kind),
         ));
     }
     let ns = r.namespace.clone().unwrap_or_else(|| gw_ns.to_string());
@@ -318,11 +315,6 @@ fn ca_ref(gw_ns: &str, r: &CaRef, refs: &Refs) -> Result<String, Problem> {
             ),
         ));
     }
-    let key = ObjectKey::new(ns, name.to_string());
-    let cm = refs.config_maps.get(&key).ok_or((
-        INVALID_CA_CERTIFICATE_REF,
-        format!("ConfigMap {key} not found"),
-    ))?;
-    certificates::ca_bundle(cm)
-        .map_err(|e| (INVALID_CA_CERTIFICATE_REF, format!("ConfigMap {key}: {e}")))
+    refs.config_map_bundle(&ObjectKey::new(ns, name.to_string()))
+        .map_err(|e| (INVALID_CA_CERTIFICATE_REF, e))
 }

@@ -62,6 +62,15 @@ impl<'a> Refs<'a> {
             .map_err(|e| format!("ClusterTrustBundle {name}: {e}"))
     }
 
+    /// The CA bundle under `ca.crt` of ConfigMap `key`, or why there is none.
+    pub fn config_map_bundle(&self, key: &ObjectKey) -> Result<String, String> {
+        let cm = self
+            .config_maps
+            .get(key)
+            .ok_or_else(|| format!("ConfigMap {key} not found"))?;
+        crate::certificates::ca_bundle(cm).map_err(|e| format!("ConfigMap {key}: {e}"))
+    }
+
     /// May `from` refer to (group, kind, name) in `to_namespace`? Always within a namespace;
     /// across namespaces only with a ReferenceGrant in the target namespace.
     pub fn permitted(
@@ -140,61 +149,59 @@ pub fn referenced_secrets(input: &crate::Input) -> BTreeSet<ObjectKey> {
     out
 }
 
-/// The ClusterTrustBundles that Gateways (client validation) and BackendTLSPolicies reference
-/// (CA bundles), keyed with an empty namespace: the kind is cluster-scoped.
-pub fn referenced_cluster_trust_bundles(input: &crate::Input) -> BTreeSet<ObjectKey> {
-    let mut out = BTreeSet::new();
-    for gw in &input.gateways {
-        for (_, validation) in crate::listener_tls::frontend_validations(gw) {
-            for r in validation.ca_refs {
-                if is_cluster_trust_bundle(&r.group, &r.kind) {
-                    out.insert(ObjectKey::new(String::new(), r.name));
-                }
-            }
-        }
-    }
-    for p in &input.backend_tls_policies {
-        for r in p.spec.validation.ca_certificate_refs.iter().flatten() {
-            if is_cluster_trust_bundle(&r.group, &r.kind) {
-                out.insert(ObjectKey::new(String::new(), r.name.clone()));
-            }
-        }
-    }
-    out
-}
-
-/// Whether a CA certificate reference names a ClusterTrustBundle (`certificates.k8s.io`).
-pub fn is_cluster_trust_bundle(group: &str, kind: &str) -> bool {
-    group == CLUSTER_TRUST_BUNDLE_GROUP && kind == CLUSTER_TRUST_BUNDLE_KIND
-}
-
-pub const CLUSTER_TRUST_BUNDLE_GROUP: &str = "certificates.k8s.io";
-pub const CLUSTER_TRUST_BUNDLE_KIND: &str = "ClusterTrustBundle";
-
-/// The ConfigMaps that Gateways (client validation) and BackendTLSPolicies reference (CA
-/// bundles).
-pub fn referenced_config_maps(input: &crate::Input) -> BTreeSet<ObjectKey> {
-    let mut out = BTreeSet::new();
+/// Every CA certificate reference of Gateways (client validation) and BackendTLSPolicies, as
+/// (group, kind, the object it names): a namespaced target in the reference's namespace, or
+/// else the referrer's.
+fn ca_references(input: &crate::Input) -> Vec<(String, String, ObjectKey)> {
+    let mut out = Vec::new();
     for gw in &input.gateways {
         let ns = namespace(&gw.metadata);
         for (_, validation) in crate::listener_tls::frontend_validations(gw) {
             for r in validation.ca_refs {
-                if r.kind == "ConfigMap" && r.group.is_empty() {
-                    out.insert(ObjectKey::new(
-                        r.namespace.unwrap_or_else(|| ns.clone()),
-                        r.name,
-                    ));
-                }
+                let target = ObjectKey::new(r.namespace.unwrap_or_else(|| ns.clone()), r.name);
+                out.push((r.group, r.kind, target));
             }
         }
     }
     for p in &input.backend_tls_policies {
         let ns = namespace(&p.metadata);
         for r in p.spec.validation.ca_certificate_refs.iter().flatten() {
-            if r.kind == "ConfigMap" && r.group.is_empty() {
-                out.insert(ObjectKey::new(ns.clone(), r.name.clone()));
-            }
+            let target = ObjectKey::new(ns.clone(), r.name.clone());
+            out.push((r.group.clone(), r.kind.clone(), target));
         }
     }
     out
+}
+
+/// The ClusterTrustBundles that CA certificate references name, keyed with an empty
+/// namespace: the kind is cluster-scoped.
+pub fn referenced_cluster_trust_bundles(input: &crate::Input) -> BTreeSet<ObjectKey> {
+    ca_references(input)
+        .into_iter()
+        .filter(|(group, kind, _)| is_cluster_trust_bundle(group, kind))
+        .map(|(_, _, target)| ObjectKey::new(String::new(), target.name))
+        .collect()
+}
+
+/// Whether a CA certificate reference names a ClusterTrustBundle (`certificates.k8s.io`).
+pub fn is_cluster_trust_bundle(group: &str, kind: &str) -> bool {
+    use k8s_openapi::Resource as _;
+    group == ClusterTrustBundle::GROUP && kind == ClusterTrustBundle::KIND
+}
+
+/// Why a CA certificate reference of another kind cannot be used.
+pub fn unsupported_ca_kind(group: &str, kind: &str) -> String {
+    format!(
+        "caCertificateRef kind {group}/{kind} is not supported; use a ConfigMap or a \
+         certificates.k8s.io/ClusterTrustBundle"
+    )
+}
+
+/// The ConfigMaps that CA certificate references name (CA bundles).
+pub fn referenced_config_maps(input: &crate::Input) -> BTreeSet<ObjectKey> {
+    ca_references(input)
+        .into_iter()
+        .filter(|(group, kind, _)| group.is_empty() && kind == "ConfigMap")
+        .map(|(_, _, target)| target)
+        .collect()
 }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Shared by all watch tasks: whether the API server answers, and who to tell about changes.
@@ -107,7 +107,7 @@ fn unanswered(e: &watcher::Error) -> bool {
 /// a 404 that kube's client logs as a warning.
 struct WatchBackoff {
     next: Duration,
-    absent: Arc<AtomicBool>,
+    absent: watch::Receiver<bool>,
 }
 
 impl WatchBackoff {
@@ -115,7 +115,7 @@ impl WatchBackoff {
     const MAX: Duration = Duration::from_secs(4);
     const ABSENT: Duration = Duration::from_secs(30);
 
-    fn new(absent: Arc<AtomicBool>) -> WatchBackoff {
+    fn new(absent: watch::Receiver<bool>) -> WatchBackoff {
         WatchBackoff {
             next: Self::FIRST,
             absent,
@@ -128,7 +128,7 @@ impl Iterator for WatchBackoff {
 
     fn next(&mut self) -> Option<Duration> {
         use std::hash::{BuildHasher, RandomState};
-        let delay = if self.absent.load(Ordering::Acquire) {
+        let delay = if *self.absent.borrow() {
             Self::ABSENT
         } else {
             let delay = self.next;
@@ -160,17 +160,17 @@ fn kind_not_served(e: &watcher::Error) -> bool {
 }
 
 /// Keep `writer`'s store in sync with `api`, notifying on every change, until aborted.
-/// `absent` is set while the API server says it does not serve the kind.
+/// `absent` says whether the API server does not serve the kind (a 404 on list or watch).
 fn spawn_reflector<K: Kind>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     signals: Arc<Signals>,
-    absent: Arc<AtomicBool>,
+    absent: watch::Sender<bool>,
 ) -> JoinHandle<()> {
     let what = K::kind_name();
     tokio::spawn(async move {
-        let backoff = WatchBackoff::new(Arc::clone(&absent));
+        let backoff = WatchBackoff::new(absent.subscribe());
         let stream = reflector::reflector(writer, watcher(api, config)).backoff(backoff);
         futures_util::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -178,11 +178,11 @@ fn spawn_reflector<K: Kind>(
                 // Yielded before each (re)list is requested: nothing has changed yet.
                 Ok(watcher::Event::Init) => {}
                 Ok(_) => {
-                    absent.store(false, Ordering::Release);
+                    absent.send_if_modified(std::mem::take);
                     signals.notify();
                 }
                 Err(e) if kind_not_served(&e) => {
-                    if !absent.swap(true, Ordering::AcqRel) {
+                    if !absent.send_replace(true) {
                         tracing::debug!("{what} is not served (CRD not installed?): {e}");
                     }
                 }
@@ -251,7 +251,7 @@ impl<K: Kind> Mirror for All<K> {
 /// The store and the watch task of one referenced object, and whether the API server serves
 /// its kind at all (a ClusterTrustBundle on a cluster without that API): an object of a kind
 /// that is not served is absent, not pending, so readiness does not wait for it forever.
-type OneObject<K> = (Store<K>, JoinHandle<()>, Arc<AtomicBool>);
+type OneObject<K> = (Store<K>, JoinHandle<()>, watch::Receiver<bool>);
 
 /// Only the objects of a kind that the rest of the snapshot references, each watched alone.
 struct Referenced<K: Kind> {
@@ -292,15 +292,9 @@ impl<K: Kind> Mirror for Referenced<K> {
             let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name));
             // In the object's namespace: RBAC may grant reading Secrets in some namespaces only.
             let api = api_in::<K>(&self.client, &key.namespace);
-            let absent = Arc::new(AtomicBool::new(false));
-            let task = spawn_reflector(
-                api,
-                config,
-                writer,
-                Arc::clone(&self.signals),
-                Arc::clone(&absent),
-            );
-            watches.insert(key, (reader, task, absent));
+            let (absent, not_served) = watch::channel(false);
+            let task = spawn_reflector(api, config, writer, Arc::clone(&self.signals), absent);
+            watches.insert(key, (reader, task, not_served));
         }
         K::of_mut(input).extend(watches.values().flat_map(|(store, _, _)| store.state()));
     }
@@ -309,32 +303,28 @@ impl<K: Kind> Mirror for Referenced<K> {
         let watches = self.watches.lock().expect("not poisoned");
         watches
             .iter()
-            .filter(|(_, (store, _, absent))| {
-                !absent.load(Ordering::Acquire) && store.wait_until_ready().now_or_never().is_none()
+            .filter(|(_, (store, _, not_served))| {
+                !*not_served.borrow() && store.wait_until_ready().now_or_never().is_none()
             })
             .map(|(key, _)| format!("{} {key}", K::kind_name()))
             .collect()
     }
 
     fn wait_synced(&self) -> BoxFuture<'_, ()> {
-        let stores: Vec<(Store<K>, Arc<AtomicBool>)> = {
+        let stores: Vec<(Store<K>, watch::Receiver<bool>)> = {
             let watches = self.watches.lock().expect("not poisoned");
             watches
                 .values()
-                .map(|(store, _, absent)| (store.clone(), Arc::clone(absent)))
+                .map(|(store, _, not_served)| (store.clone(), not_served.clone()))
                 .collect()
         };
         Box::pin(async move {
-            for (store, absent) in stores {
-                // Until listed, or until the API server says the kind is not served (the
-                // reflector flags it; a 404 takes one round trip).
-                let ready = store.wait_until_ready();
-                futures_util::pin_mut!(ready);
-                while !absent.load(Ordering::Acquire) {
-                    tokio::select! {
-                        _ = &mut ready => break,
-                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    }
+            for (store, mut not_served) in stores {
+                // Until listed, or until the API server says the kind is not served (a 404
+                // takes one round trip).
+                tokio::select! {
+                    _ = store.wait_until_ready() => {}
+                    _ = not_served.wait_for(|absent| *absent) => {}
                 }
             }
         })
@@ -416,7 +406,7 @@ impl KubeSource {
                             watcher::Config::default(),
                             writer,
                             Arc::clone(self.signals),
-                            Arc::new(AtomicBool::new(false)),
+                            watch::channel(false).0,
                         );
                         Box::new(All {
                             store,
@@ -555,14 +545,12 @@ mod tests {
     use kube::core::Status;
     use kube::runtime::utils::Backoff;
     use kube::runtime::watcher;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     #[test]
     fn watch_retries_back_off_to_a_few_seconds_and_start_over_after_a_success() {
-        let absent = Arc::new(AtomicBool::new(false));
-        let mut b = WatchBackoff::new(absent.clone());
+        let (absent, not_served) = tokio::sync::watch::channel(false);
+        let mut b = WatchBackoff::new(not_served);
         let delays: Vec<Duration> = b.by_ref().take(8).collect();
         let bases = [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0];
         for (d, base) in delays.iter().zip(bases) {
@@ -575,7 +563,7 @@ mod tests {
         );
         b.reset();
         assert!(b.next().unwrap() <= Duration::from_millis(750));
-        absent.store(true, Ordering::Release);
+        absent.send_replace(true);
         let slow = b.next().unwrap();
         assert!(slow >= Duration::from_secs(30), "{slow:?}");
     }
