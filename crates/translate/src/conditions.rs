@@ -38,8 +38,9 @@ pub fn stamp(new: &mut [Condition], previous: &[Condition], now: Timestamp) {
 
 /// The condition types Gatehouse sets on GatewayClasses, Gateways and listeners. Any other type
 /// found there belongs to someone else and is kept as it is.
-const OWN_TYPES: [&str; 6] = [
+const OWN_TYPES: [&str; 7] = [
     names::ACCEPTED,
+    names::ADDRESSES_ASSIGNED,
     names::INSECURE_FRONTEND_VALIDATION_MODE,
     names::PROGRAMMED,
     names::RESOLVED_REFS,
@@ -139,6 +140,13 @@ pub mod names {
     pub const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
     pub const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
     pub const ADDRESS_NOT_ASSIGNED: &str = "AddressNotAssigned";
+    /// Gateway condition type and its True reason: every spec.addresses entry was given an
+    /// address of the routability it asks for.
+    pub const ADDRESSES_ASSIGNED: &str = "AddressesAssigned";
+    pub const PARTIALLY_ASSIGNED: &str = "PartiallyAssigned";
+    pub const NOT_ASSIGNED: &str = "NotAssigned";
+    /// spec.addresses[].routability: a Service cluster IP.
+    pub const ROUTABILITY_CLUSTER: &str = "Cluster";
     pub const UNSUPPORTED_PROTOCOL: &str = "UnsupportedProtocol";
     pub const INVALID_ROUTE_KINDS: &str = "InvalidRouteKinds";
     pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
@@ -188,9 +196,18 @@ mod tests {
         stale_conflict.last_transition_time = Time(t0);
         let mut accepted = condition(names::ACCEPTED, true, names::ACCEPTED, "", Some(1));
         accepted.last_transition_time = Time(t0);
-        let previous = vec![accepted, foreign.clone(), stale_conflict];
+        // Set while the Gateway had spec.addresses; they were removed since.
+        let stale_assigned = condition(
+            names::ADDRESSES_ASSIGNED,
+            false,
+            names::NOT_ASSIGNED,
+            "",
+            Some(1),
+        );
+        let previous = vec![accepted, foreign.clone(), stale_conflict, stale_assigned];
 
-        // Our new conditions: Accepted unchanged, Programmed new, Conflicted no longer set.
+        // Our new conditions: Accepted unchanged, Programmed new, Conflicted and
+        // AddressesAssigned no longer set.
         let mut new = vec![
             condition(names::ACCEPTED, true, names::ACCEPTED, "", Some(2)),
             condition(names::PROGRAMMED, true, names::PROGRAMMED, "", Some(2)),
@@ -216,6 +233,7 @@ mod tests {
             None,
             "our own stale type is not carried"
         );
+        assert_eq!(at(&new, names::ADDRESSES_ASSIGNED), None);
         assert_eq!(new.len(), 3);
     }
 }

@@ -1,22 +1,22 @@
 //! GatewayClasses and Gateways: which are ours, their addresses, and every listener's conditions.
 
 use crate::conditions::{condition, names::*};
+use crate::generated::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatus,
+    GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
+};
+use crate::generated::listenersets::ListenerSet;
 use crate::infrastructure::{self, Propagated};
 use crate::listener_sets::{self, ListenerSetCtx};
 use crate::listener_tls::{self, Owner, Problem, TlsProblem};
 use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, selector_matches};
 use crate::parameters::{self, Layer, ResolvedParameters};
 use crate::refs::Refs;
-use crate::{Options, supported_features};
+use crate::{Options, PublishedAddress, gateway_addresses, supported_features};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::gatewayclasses::{
     GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
 };
-use gateway_api::apis::standard::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatus,
-    GatewayStatusAddresses, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
-};
-use gateway_api::apis::standard::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -170,6 +170,9 @@ pub struct ListenerCtx {
 #[derive(Debug, Default)]
 struct ListenerConditions {
     unsupported_protocol: Option<String>,
+    /// Pre-routing filters Gatehouse cannot run (GatewayListenerFilters): the listener is not
+    /// served, because its routes would see requests the filters were meant to stop.
+    unsupported_filters: Option<String>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
     /// A listener of an older Gateway already serves this address, port and hostname (or
@@ -182,6 +185,7 @@ impl ListenerCtx {
     /// Accepted, free of conflicts, references resolved: traffic can be served.
     pub fn programmable(&self) -> bool {
         self.conditions.unsupported_protocol.is_none()
+            && self.conditions.unsupported_filters.is_none()
             && self.conditions.conflict.is_none()
             && self.conditions.tls_problem.is_none()
     }
@@ -498,19 +502,50 @@ fn gateway_parameters(
 
 /// Where the Gateway is served, or why it cannot be. Address types are checked whatever
 /// assigns the address (a provisioned Gateway's bind address comes from outside, yet its
-/// spec.addresses still asks its Service for one): only IPAddress is served, and only one.
+/// spec.addresses still asks its Service for one): only IPAddress is served, and only one
+/// besides cluster IPs.
+///
+/// Routability (GEP-5093) is checked first, because an address that cannot be given the
+/// reachability asked for must not be replaced by one that can: serving a Gateway meant to be
+/// internal on a public address is worse than not serving it. `Cluster` is a Service cluster
+/// IP, which only a provisioned data plane has a Service of its own for; any other value is
+/// unknown to Gatehouse.
 fn address(gw: &Gateway, key: &ObjectKey, options: &Options) -> Result<IpAddr, GatewayProblem> {
     let requested = gw.spec.addresses.as_deref().unwrap_or_default();
     let mut ips = Vec::with_capacity(requested.len());
     for one in requested {
         let kind = one.r#type.as_deref().unwrap_or("IPAddress");
         let value = one.value.as_deref().unwrap_or_default();
+        let cluster = match one.routability.as_deref().unwrap_or_default() {
+            "" => false,
+            ROUTABILITY_CLUSTER if options.provisioned => true,
+            ROUTABILITY_CLUSTER => {
+                return Err(GatewayProblem::Address(
+                    "routability Cluster (a Service cluster IP) needs a data plane provisioned \
+                     per Gateway (the controller's --provision mode); this Gatehouse binds its \
+                     addresses itself"
+                        .to_string(),
+                ));
+            }
+            other => {
+                return Err(GatewayProblem::Address(format!(
+                    "routability {other} is not one Gatehouse knows (it knows Cluster)"
+                )));
+            }
+        };
         if kind != "IPAddress" {
             return Err(GatewayProblem::Address(format!(
                 "address type {kind} is not supported (IPAddress only)"
             )));
         }
+        // No value: any address of the type will do (GatewayAddressEmpty).
+        if value.is_empty() {
+            continue;
+        }
         match value.parse::<IpAddr>() {
+            // A cluster IP is the Service's, not one more address to bind or ask a load
+            // balancer for.
+            Ok(_) if cluster => {}
             Ok(ip) => ips.push(ip),
             Err(_) => {
                 return Err(GatewayProblem::Address(format!(
@@ -536,7 +571,7 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
     let protocol = l.protocol.clone();
     let supported = crate::routes::kinds_for_protocol(&protocol);
     let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_ref())
-        == Some(&gateway_api::apis::standard::gateways::GatewayListenersTlsMode::Passthrough);
+        == Some(&crate::generated::gateways::GatewayListenersTlsMode::Passthrough);
     let unsupported_protocol = if supported.is_empty() {
         Some(format!("protocol {} is not supported yet", protocol))
     } else if protocol == "HTTPS" && passthrough {
@@ -546,6 +581,7 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
     };
     let mut conditions = ListenerConditions {
         unsupported_protocol,
+        unsupported_filters: unsupported_filters(l),
         ..Default::default()
     };
     let requested = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
@@ -594,6 +630,21 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
         tls: None,
         conditions,
     }
+}
+
+/// Listener filters (ExternalAuth, ExtensionRef) run before routing; Gatehouse has neither an
+/// authorization client nor extensions yet. Ignoring them would serve every request the
+/// filters were there to refuse, so a listener that has any is not accepted.
+fn unsupported_filters(l: &GatewayListeners) -> Option<String> {
+    let requests = l.filters.as_ref()?.requests.as_deref().unwrap_or_default();
+    if requests.is_empty() {
+        return None;
+    }
+    let types: Vec<String> = requests.iter().map(|f| format!("{:?}", f.r#type)).collect();
+    Some(format!(
+        "listener filters are not supported ({}): requests would reach routes without them",
+        types.join(", ")
+    ))
 }
 
 /// Listeners sharing a port must agree on the protocol family and have distinct hostnames;
@@ -682,8 +733,16 @@ impl GatewayCtx<'_> {
 /// The Gateway's status once routes have been attached (attachedRoutes is known). Only its
 /// own listeners are reported here; those of ListenerSets are in theirs
 /// ([`listener_sets::status`]), and attachedListenerSets is filled in once those are known.
-pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> GatewayStatus {
+/// `published`: the data plane's Service's addresses (default, cluster), when one is
+/// published ([`gateway_addresses::assign`]).
+pub fn status(
+    gw: &GatewayCtx,
+    published: Option<(&[PublishedAddress], &[PublishedAddress])>,
+) -> GatewayStatus {
     let generation = gw.object.metadata.generation;
+    let assignment = gw
+        .address
+        .map(|bind| gateway_addresses::assign(gw.object, bind, published));
     // Programmed on each listener says why not with the Gateway's own problem first.
     let gateway_problem = gw.problem_message();
     let own: Vec<&ListenerCtx> = gw.listeners.iter().filter(|l| l.set.is_none()).collect();
@@ -754,7 +813,7 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
                     why.clone(),
                     generation,
                 )
-            } else if programmed > 0 && published.is_some_and(<[_]>::is_empty) {
+            } else if programmed > 0 && assignment.as_ref().is_some_and(|a| a.waiting) {
                 // Its own Service has no address yet (a load balancer still assigning one):
                 // clients cannot reach it, so it is not Programmed yet.
                 condition(
@@ -804,23 +863,17 @@ pub fn status(gw: &GatewayCtx, published: Option<&[(String, String)]>) -> Gatewa
             }
         });
     }
+    if let Some((ok, reason, message)) = assignment.as_ref().and_then(|a| a.assigned.clone()) {
+        conditions.push(condition(
+            ADDRESSES_ASSIGNED,
+            ok,
+            reason,
+            message,
+            generation,
+        ));
+    }
     GatewayStatus {
-        addresses: match published {
-            Some(list) if gw.address.is_some() => Some(
-                list.iter()
-                    .map(|(t, v)| GatewayStatusAddresses {
-                        r#type: Some(t.clone()),
-                        value: v.clone(),
-                    })
-                    .collect(),
-            ),
-            _ => gw.address.map(|a| {
-                vec![GatewayStatusAddresses {
-                    r#type: Some("IPAddress".into()),
-                    value: a.to_string(),
-                }]
-            }),
-        },
+        addresses: assignment.map(|a| a.addresses),
         attached_listener_sets: None,
         conditions: Some(conditions),
         listeners: Some(listeners),
@@ -876,6 +929,8 @@ pub(crate) fn listener_status(
             why.clone(),
             generation,
         )
+    } else if let Some(why) = &c.unsupported_filters {
+        condition(ACCEPTED, false, UNSUPPORTED_VALUE, why.clone(), generation)
     } else if let Some(TlsProblem {
         no_valid_ca: true,
         problem: (_, message),
@@ -934,7 +989,12 @@ pub(crate) fn listener_status(
     // Programmed says why not with the first cause, so that it reads on its own.
     let not_programmed: Option<String> = if let Some(problem) = gateway_problem {
         Some(problem.to_string())
-    } else if let Some(why) = c.unsupported_protocol.as_ref().or(c.taken_by.as_ref()) {
+    } else if let Some(why) = c
+        .unsupported_protocol
+        .as_ref()
+        .or(c.taken_by.as_ref())
+        .or(c.unsupported_filters.as_ref())
+    {
         Some(why.clone())
     } else if let Some(reason) = c.conflict {
         Some(format!(

@@ -3,10 +3,11 @@
 //! for and the ports its Service exposes. Only Accepted Gateways get one; a Gateway without one
 //! has no data plane.
 
+use crate::conditions::names::ROUTABILITY_CLUSTER;
 use crate::gateways::ListenerCtx;
+use crate::generated::gateways::Gateway;
 use crate::names;
 use crate::parameters::ResolvedParameters;
-use gateway_api::apis::standard::gateways::Gateway;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,6 +54,10 @@ pub struct RequestedAddress {
     /// `None`: the Gateway asks for an address of this type without naming one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// `true`: routability `Cluster`, a Service cluster IP (translate accepts no other
+    /// routability on a Gateway it provisions for).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster: bool,
 }
 
 /// spec.addresses[].type; unset means IPAddress.
@@ -186,6 +191,7 @@ pub(crate) fn requested_addresses(gw: &Gateway) -> Vec<RequestedAddress> {
         .map(|a| RequestedAddress {
             type_: AddressType::from(a.r#type.clone().unwrap_or_else(|| "IPAddress".into())),
             value: a.value.clone().filter(|v| !v.is_empty()),
+            cluster: a.routability.as_deref() == Some(ROUTABILITY_CLUSTER),
         })
         .collect()
 }

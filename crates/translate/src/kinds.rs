@@ -7,13 +7,15 @@
 //! themselves, so a new route kind is one file (its [`RouteKind`](crate::RouteKind)
 //! implementation) plus one line here.
 
-use crate::generated::{httproutes::HttpRoute, tcproutes::TcpRoute, udproutes::UdpRoute};
+use crate::generated::{
+    gateways::Gateway, httproutes::HttpRoute, listenersets::ListenerSet, tcproutes::TcpRoute,
+    udproutes::UdpRoute,
+};
 use crate::parameters::GatehouseParameters;
 use crate::{ObjectKey, Status};
 use gateway_api::apis::standard::{
-    backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    grpcroutes::GrpcRoute, listenersets::ListenerSet, referencegrants::ReferenceGrant,
-    tlsroutes::TlsRoute,
+    backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, grpcroutes::GrpcRoute,
+    referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
 };
 use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};

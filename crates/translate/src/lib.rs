@@ -9,6 +9,7 @@ mod assemble;
 mod backends;
 mod certificates;
 pub mod conditions;
+mod gateway_addresses;
 mod gateways;
 pub mod generated;
 pub mod hostname;
@@ -33,10 +34,10 @@ pub use objects::{GATEWAY_GROUP, ObjectKey};
 pub use parameters::{GatehouseParameters, ResolvedParameters};
 pub use routes::{ParentRef, RouteKey, RouteKind, RouteParentStatus, RouteStatus};
 
+use crate::generated::{gateways::GatewayStatus, listenersets::ListenerSetStatus};
 use gatehouse_ir as ir;
 use gateway_api::apis::standard::{
     backendtlspolicies::BackendTlsPolicyStatus, gatewayclasses::GatewayClassStatus,
-    gateways::GatewayStatus, listenersets::ListenerSetStatus,
 };
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -110,11 +111,21 @@ pub const FEATURE_GATEWAY_INFRASTRUCTURE: &str = "GatewayInfrastructure";
 /// Gateway API's name for serving a Gateway on the addresses its spec.addresses asks for.
 pub const FEATURE_GATEWAY_STATIC_ADDRESSES: &str = "GatewayStaticAddresses";
 
+/// Gateway API's names for spec.addresses[].routability (GEP-5093): honoured or refused,
+/// reported per address in status, and `Cluster` given as a Service cluster IP. The v1.7.0
+/// suite has no tests for them; the translate fixtures `gateway-address-routability*` and the
+/// provisioned test against a real API server cover them.
+pub const FEATURE_GATEWAY_ADDRESS_ROUTABILITY: &str = "GatewayAddressRoutability";
+pub const FEATURE_GATEWAY_ADDRESS_ROUTABILITY_CLUSTER: &str = "GatewayAddressRoutabilityCluster";
+
 /// Features only a controller that provisions data planes has ([`Options::provisioned`]):
-/// there are generated objects to carry the infrastructure labels and annotations, and a
-/// LoadBalancer Service to ask for a static address. Without provisioning (one shared data
-/// plane, addresses assigned from outside) neither holds, so the class does not claim them.
+/// there are generated objects to carry the infrastructure labels and annotations, a
+/// LoadBalancer Service to ask for a static address, and a Service of the Gateway's own whose
+/// cluster IP routability `Cluster` asks for. Without provisioning (one shared data plane,
+/// addresses assigned from outside) none holds, so the class does not claim them.
 pub const PROVISIONED_FEATURES: &[&str] = &[
+    FEATURE_GATEWAY_ADDRESS_ROUTABILITY,
+    FEATURE_GATEWAY_ADDRESS_ROUTABILITY_CLUSTER,
     FEATURE_GATEWAY_INFRASTRUCTURE,
     FEATURE_GATEWAY_STATIC_ADDRESSES,
 ];
@@ -140,11 +151,10 @@ pub struct Options {
     /// the Gateway's own spec.addresses.
     pub gateway_addresses: BTreeMap<ObjectKey, IpAddr>,
     /// What status.addresses reports when it differs from where the data plane binds (in a
-    /// cluster: the data-plane Service's load-balancer ingress or cluster IP), as (type, value).
-    pub published_addresses: Option<Vec<(String, String)>>,
-    /// Per Gateway, the same (its own provisioned Service's addresses); wins over
-    /// `published_addresses`. An empty list means the Service has no address yet.
-    pub gateway_published_addresses: BTreeMap<ObjectKey, Vec<(String, String)>>,
+    /// cluster: the data-plane Service's load-balancer ingress or cluster IP).
+    pub published_addresses: Option<Vec<PublishedAddress>>,
+    /// Per Gateway, its own provisioned Service's addresses; wins over `published_addresses`.
+    pub gateway_published_addresses: BTreeMap<ObjectKey, ServiceAddresses>,
     /// Every Gateway gets a data plane of its own (Deployment, Service, ServiceAccount): the
     /// class claims [`PROVISIONED_FEATURES`] too.
     pub provisioned: bool,
@@ -161,6 +171,27 @@ impl Default for Options {
             provisioned: false,
         }
     }
+}
+
+/// An address clients reach a data plane at, as status.addresses reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedAddress {
+    /// `IPAddress` or `Hostname`.
+    pub type_: String,
+    pub value: String,
+    /// `Some("Cluster")` for a Service's cluster IP: reachable only from inside the cluster,
+    /// and status says so (GEP-5093).
+    pub routability: Option<String>,
+}
+
+/// A provisioned Gateway's Service's addresses, by what a `spec.addresses` entry can ask for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceAddresses {
+    /// What a Gateway that asks for no routability reports: a LoadBalancer's ingress (empty
+    /// while the load balancer is still assigning one), else the cluster IPs.
+    pub default: Vec<PublishedAddress>,
+    /// The cluster IPs: what routability `Cluster` is satisfied by.
+    pub cluster: Vec<PublishedAddress>,
 }
 
 /// Status of every object Gatehouse is responsible for.
@@ -263,8 +294,8 @@ pub fn translate(input: &Input, options: &Options) -> Output {
                     options
                         .gateway_published_addresses
                         .get(&g.key)
-                        .map(Vec::as_slice)
-                        .or(options.published_addresses.as_deref()),
+                        .map(|a| (a.default.as_slice(), a.cluster.as_slice()))
+                        .or(options.published_addresses.as_deref().map(|a| (a, &[][..]))),
                 ),
             )
         })

@@ -9,14 +9,14 @@
 
 use crate::conditions::{condition, names::*};
 use crate::gateways::{AllowedNamespaces, GatewayCtx, listener_status, namespace_selector};
-use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace};
-use gateway_api::apis::standard::gateways::{
+use crate::generated::gateways::{
     Gateway, GatewayAllowedListenersNamespacesFrom, GatewayListeners,
 };
-use gateway_api::apis::standard::listenersets::{
+use crate::generated::listenersets::{
     ListenerSet, ListenerSetListeners, ListenerSetStatus, ListenerSetStatusListeners,
     ListenerSetStatusListenersSupportedKinds,
 };
+use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -3,15 +3,15 @@
 
 use crate::certificates;
 use crate::conditions::names::*;
-use crate::objects::GATEWAY_GROUP;
-use crate::objects::ObjectKey;
-use crate::refs::{Referrer, Refs};
-use gatehouse_ir as ir;
-use gateway_api::apis::standard::gateways::{
+use crate::generated::gateways::{
     Gateway, GatewayListeners, GatewayListenersTlsMode, GatewayTlsFrontendDefaultValidation,
     GatewayTlsFrontendDefaultValidationMode, GatewayTlsFrontendPerPortTlsValidation,
     GatewayTlsFrontendPerPortTlsValidationMode,
 };
+use crate::objects::GATEWAY_GROUP;
+use crate::objects::ObjectKey;
+use crate::refs::{Referrer, Refs};
+use gatehouse_ir as ir;
 use std::collections::BTreeMap;
 
 /// Why a TLS reference cannot be used: (ResolvedRefs reason, message).

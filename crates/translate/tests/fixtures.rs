@@ -13,7 +13,8 @@
 
 use gatehouse_translate::kinds::{Kind, KindVisitor, for_each_kind};
 use gatehouse_translate::{
-    Input, ObjectKey, Options, Output, ResolvedParameters, SUPPORTED_FEATURES, translate,
+    Input, ObjectKey, Options, Output, ResolvedParameters, SUPPORTED_FEATURES, ServiceAddresses,
+    translate,
 };
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
@@ -319,9 +320,14 @@ struct OptionsFile {
     #[serde(default)]
     gateway_addresses: BTreeMap<String, IpAddr>,
     published_addresses: Option<Vec<PublishedAddress>>,
-    /// `namespace/name` of a Gateway to its own Service's addresses (provisioned mode).
+    /// `namespace/name` of a Gateway to its own Service's addresses (provisioned mode): what
+    /// it reports by default (load-balancer ingress, or cluster IPs without a load balancer).
     #[serde(default)]
     gateway_published_addresses: BTreeMap<String, Vec<PublishedAddress>>,
+    /// `namespace/name` of a Gateway to its own Service's cluster IPs (provisioned mode):
+    /// what routability Cluster gets.
+    #[serde(default)]
+    gateway_cluster_addresses: BTreeMap<String, Vec<PublishedAddress>>,
     /// A controller that provisions a data plane per Gateway (`--provision`).
     #[serde(default)]
     provisioned: bool,
@@ -333,6 +339,24 @@ struct PublishedAddress {
     #[serde(rename = "type")]
     type_: String,
     value: String,
+    routability: Option<String>,
+}
+
+impl PublishedAddress {
+    fn into_options(self) -> gatehouse_translate::PublishedAddress {
+        gatehouse_translate::PublishedAddress {
+            type_: self.type_,
+            value: self.value,
+            routability: self.routability,
+        }
+    }
+}
+
+fn gateway_key(key: &str) -> ObjectKey {
+    let (ns, name) = key
+        .split_once('/')
+        .unwrap_or_else(|| panic!("Gateway key {key}: want ns/name"));
+    ObjectKey::new(ns, name)
 }
 
 impl OptionsFile {
@@ -354,18 +378,19 @@ impl OptionsFile {
                 .collect(),
             published_addresses: self
                 .published_addresses
-                .map(|a| a.into_iter().map(|a| (a.type_, a.value)).collect()),
-            gateway_published_addresses: self
-                .gateway_published_addresses
-                .into_iter()
-                .map(|(key, a)| {
-                    let (ns, name) = key.split_once('/').unwrap_or_else(|| {
-                        panic!("gatewayPublishedAddresses key {key}: want ns/name")
-                    });
-                    let a = a.into_iter().map(|a| (a.type_, a.value)).collect();
-                    (ObjectKey::new(ns, name), a)
-                })
-                .collect(),
+                .map(|a| a.into_iter().map(PublishedAddress::into_options).collect()),
+            gateway_published_addresses: {
+                let mut map: BTreeMap<ObjectKey, ServiceAddresses> = BTreeMap::new();
+                for (key, a) in self.gateway_published_addresses {
+                    map.entry(gateway_key(&key)).or_default().default =
+                        a.into_iter().map(PublishedAddress::into_options).collect();
+                }
+                for (key, a) in self.gateway_cluster_addresses {
+                    map.entry(gateway_key(&key)).or_default().cluster =
+                        a.into_iter().map(PublishedAddress::into_options).collect();
+                }
+                map
+            },
         }
     }
 }

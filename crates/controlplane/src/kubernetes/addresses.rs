@@ -1,7 +1,9 @@
 //! The addresses Gateways listen on and report, in controller mode.
 
 use crate::reconcile::AdjustOptions;
-use gatehouse_translate::{Input, ObjectKey, Options as TranslateOptions};
+use gatehouse_translate::{
+    Input, ObjectKey, Options as TranslateOptions, PublishedAddress, ServiceAddresses,
+};
 use k8s_openapi::api::core::v1::Service;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -23,7 +25,7 @@ pub fn adjust_options(local_addresses: bool, publish_service: Option<ObjectKey>)
 /// Provisioned mode: each Gateway gets a loopback address of its own in the configuration (so
 /// that Gateways sharing a port never conflict: each has its own data plane, which binds all
 /// of its pod's addresses) and reports the addresses of its own Service, named by
-/// `service_name` from the Gateway's name. A Gateway whose Service has no address yet reports
+/// `service_name` from the Gateway's name. A Gateway whose Service does not exist yet has
 /// none.
 pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
     let mut book = AddressBook::default();
@@ -43,28 +45,32 @@ pub fn provisioned_options(service_name: fn(&str) -> String) -> AdjustOptions {
                 let service = ObjectKey::new(key.namespace.clone(), service_name(&key.name));
                 let published = services
                     .get(&service)
-                    .map_or_else(Vec::new, |svc| own_service_addresses(svc));
+                    .map_or_else(ServiceAddresses::default, |svc| own_service_addresses(svc));
                 (key, published)
             })
             .collect();
     })
 }
 
-/// A provisioned Gateway's Service's addresses: a LoadBalancer's ingress only (its cluster IP
-/// is no address for clients outside the cluster, and reporting it while the load balancer is
-/// still assigning one would send them nowhere), else the cluster IPs. Empty while there is
-/// none.
-fn own_service_addresses(svc: &Service) -> Vec<(String, String)> {
+/// A provisioned Gateway's Service's addresses. By default a LoadBalancer's ingress only (its
+/// cluster IP is no address for clients outside the cluster, and reporting it while the load
+/// balancer is still assigning one would send them nowhere), else the cluster IPs; routability
+/// `Cluster` asks for the cluster IPs whatever the type.
+fn own_service_addresses(svc: &Service) -> ServiceAddresses {
     let load_balancer = svc
         .spec
         .as_ref()
         .and_then(|s| s.type_.as_deref())
         .is_some_and(|t| t == "LoadBalancer");
     let ingress = ingress_addresses(svc);
-    if load_balancer || !ingress.is_empty() {
-        ingress
-    } else {
-        cluster_ips(svc)
+    let cluster = cluster_ips(svc);
+    ServiceAddresses {
+        default: if load_balancer || !ingress.is_empty() {
+            ingress
+        } else {
+            cluster.clone()
+        },
+        cluster,
     }
 }
 
@@ -116,7 +122,7 @@ impl AddressBook {
 /// The addresses clients reach the data plane at: the Service's load-balancer ingress if it has
 /// one, else its cluster IPs. `None` until the Service exists (status then shows the bind
 /// address).
-pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(String, String)>> {
+pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<PublishedAddress>> {
     let svc = input
         .services
         .iter()
@@ -129,8 +135,8 @@ pub fn published_addresses(input: &Input, service: &ObjectKey) -> Option<Vec<(St
     (!ips.is_empty()).then_some(ips)
 }
 
-/// The Service's load-balancer ingress, as (type, value).
-fn ingress_addresses(svc: &Service) -> Vec<(String, String)> {
+/// The Service's load-balancer ingress.
+fn ingress_addresses(svc: &Service) -> Vec<PublishedAddress> {
     svc.status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
@@ -138,15 +144,21 @@ fn ingress_addresses(svc: &Service) -> Vec<(String, String)> {
         .into_iter()
         .flatten()
         .filter_map(|i| match (&i.ip, &i.hostname) {
-            (Some(ip), _) => Some(("IPAddress".to_string(), ip.clone())),
-            (None, Some(h)) => Some(("Hostname".to_string(), h.clone())),
+            (Some(ip), _) => Some(("IPAddress", ip)),
+            (None, Some(h)) => Some(("Hostname", h)),
             _ => None,
+        })
+        .map(|(type_, value)| PublishedAddress {
+            type_: type_.to_string(),
+            value: value.clone(),
+            routability: None,
         })
         .collect()
 }
 
-/// The Service's cluster IPs (none for a headless one), as (type, value).
-fn cluster_ips(svc: &Service) -> Vec<(String, String)> {
+/// The Service's cluster IPs (none for a headless one), reported with routability `Cluster`:
+/// they are reachable from inside the cluster only.
+fn cluster_ips(svc: &Service) -> Vec<PublishedAddress> {
     let Some(spec) = svc.spec.as_ref() else {
         return Vec::new();
     };
@@ -156,6 +168,10 @@ fn cluster_ips(svc: &Service) -> Vec<(String, String)> {
         .into_iter()
         .flatten()
         .filter(|ip| ip != "None" && !ip.is_empty())
-        .map(|ip| ("IPAddress".to_string(), ip))
+        .map(|ip| PublishedAddress {
+            type_: "IPAddress".to_string(),
+            value: ip,
+            routability: Some("Cluster".to_string()),
+        })
         .collect()
 }

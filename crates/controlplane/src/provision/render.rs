@@ -77,6 +77,10 @@ pub struct ServiceSettings {
     /// A static address from `spec.addresses` (type IPAddress), when the Service type can
     /// request one.
     pub load_balancer_ip: Option<String>,
+    /// A cluster IP from `spec.addresses` (routability Cluster). The API server cannot change
+    /// a Service's cluster IP: asking for another one than it has fails the apply, and the
+    /// Gateway's status says so.
+    pub cluster_ip: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -403,6 +407,7 @@ fn service(owner: &Owner, spec: &ProxySpec, names: &Names) -> Service {
                 .load_balancer_ip
                 .clone()
                 .filter(|_| type_ == "LoadBalancer"),
+            cluster_ip: spec.service.cluster_ip.clone(),
             ..ServiceSpec::default()
         }),
         status: None,

@@ -5,9 +5,22 @@ use gatehouse_translate::Infrastructure;
 use gatehouse_translate::infrastructure::AddressType;
 use gatehouse_translate::parameters::{DisruptionBudget, LogFormat, Replicas, ServiceType};
 
+/// The Service type: the parameters' unless every `spec.addresses` entry asks for
+/// routability `Cluster`, which a ClusterIP Service gives and nothing more (a load balancer
+/// or node ports would make an internal Gateway reachable from outside).
+fn service_type(infra: &Infrastructure) -> ServiceType {
+    let requested = &infra.requested_addresses;
+    if !requested.is_empty() && requested.iter().all(|a| a.cluster) {
+        ServiceType::ClusterIP
+    } else {
+        infra.parameters.service.type_
+    }
+}
+
 /// What the Gateway's data plane should be. A requested IPAddress becomes the Service's
-/// `loadBalancerIP` when the Service is a LoadBalancer (the only type that can ask for one);
-/// the first one wins, the rest are reported by [`unsupported_addresses`].
+/// `loadBalancerIP` when the Service is a LoadBalancer (the only type that can ask for one),
+/// a requested cluster IP its `clusterIP`; the first of each wins, the rest are reported by
+/// [`unsupported_addresses`].
 pub fn proxy_spec(infra: &Infrastructure) -> ProxySpec {
     let p = &infra.parameters;
     let (replicas, autoscaling) = match p.replicas {
@@ -33,14 +46,17 @@ pub fn proxy_spec(infra: &Infrastructure) -> ProxySpec {
             Budget::MaxUnavailable(max_unavailable.to_int_or_string())
         }
     });
-    let load_balancer_ip = (p.service.type_ == ServiceType::LoadBalancer)
-        .then(|| {
-            infra
-                .requested_addresses
-                .iter()
-                .find(|a| a.type_ == AddressType::IPAddress)
-                .and_then(|a| a.value.clone())
-        })
+    let type_ = service_type(infra);
+    let first_value = |cluster: bool| {
+        infra
+            .requested_addresses
+            .iter()
+            .filter(|a| a.cluster == cluster)
+            .find(|a| a.type_ == AddressType::IPAddress)
+            .and_then(|a| a.value.clone())
+    };
+    let load_balancer_ip = (type_ == ServiceType::LoadBalancer)
+        .then(|| first_value(false))
         .flatten();
     ProxySpec {
         labels: infra.labels.clone(),
@@ -50,7 +66,7 @@ pub fn proxy_spec(infra: &Infrastructure) -> ProxySpec {
         pod_disruption_budget,
         resources: p.resources.clone(),
         service: ServiceSettings {
-            type_: p.service.type_.as_str().to_string(),
+            type_: type_.as_str().to_string(),
             annotations: p.service.annotations.clone(),
             external_traffic_policy: p
                 .service
@@ -58,6 +74,7 @@ pub fn proxy_spec(infra: &Infrastructure) -> ProxySpec {
                 .map(|e| e.as_str().to_string()),
             load_balancer_class: p.service.load_balancer_class.clone(),
             load_balancer_ip,
+            cluster_ip: first_value(true),
         },
         workers: p.workers.map(u32::from),
         drain_delay: p.drain_delay,
@@ -81,22 +98,33 @@ pub fn proxy_spec(infra: &Infrastructure) -> ProxySpec {
 
 /// Requested addresses the Service cannot carry, with why (status says so instead of
 /// pretending): every address when the Service type cannot request one, all but the first
-/// IPAddress otherwise, and every address of another type.
+/// IPAddress otherwise, and every address of another type. Of cluster IPs, the first is
+/// asked for and the rest refused.
 pub fn unsupported_addresses(infra: &Infrastructure) -> Vec<String> {
-    let lb = infra.parameters.service.type_ == ServiceType::LoadBalancer;
+    let type_ = service_type(infra);
+    let lb = type_ == ServiceType::LoadBalancer;
     let mut first_ip = true;
+    let mut first_cluster_ip = true;
     let mut out = Vec::new();
     for a in &infra.requested_addresses {
         let Some(value) = &a.value else { continue };
-        let type_ = String::from(a.type_.clone());
+        if a.cluster {
+            if !std::mem::take(&mut first_cluster_ip) {
+                out.push(format!(
+                    "IPAddress {value} of routability Cluster: a Service requests one cluster IP"
+                ));
+            }
+            continue;
+        }
+        let type_name = String::from(a.type_.clone());
         if !lb {
             out.push(format!(
-                "{type_} {value}: a {} Service cannot request an address",
-                infra.parameters.service.type_.as_str()
+                "{type_name} {value}: a {} Service cannot request an address",
+                type_.as_str()
             ));
         } else if a.type_ != AddressType::IPAddress {
             out.push(format!(
-                "{type_} {value}: a LoadBalancer Service can request an IPAddress only"
+                "{type_name} {value}: a LoadBalancer Service can request an IPAddress only"
             ));
         } else if !first_ip {
             out.push(format!(
@@ -125,14 +153,17 @@ mod tests {
                 RequestedAddress {
                     type_: AddressType::IPAddress,
                     value: Some("10.0.0.7".into()),
+                    cluster: false,
                 },
                 RequestedAddress {
                     type_: AddressType::IPAddress,
                     value: Some("10.0.0.8".into()),
+                    cluster: false,
                 },
                 RequestedAddress {
                     type_: AddressType::Hostname,
                     value: Some("gw.example".into()),
+                    cluster: false,
                 },
             ],
             ports: vec![ServicePort {
@@ -169,6 +200,53 @@ mod tests {
         i.parameters.service.type_ = ServiceType::ClusterIP;
         assert_eq!(proxy_spec(&i).service.load_balancer_ip, None);
         assert_eq!(unsupported_addresses(&i).len(), 3);
+    }
+
+    fn cluster_ip(value: Option<&str>) -> RequestedAddress {
+        RequestedAddress {
+            type_: AddressType::IPAddress,
+            value: value.map(str::to_string),
+            cluster: true,
+        }
+    }
+
+    #[test]
+    fn only_cluster_routability_makes_a_cluster_ip_service_whatever_the_parameters() {
+        let mut i = infra();
+        i.requested_addresses = vec![
+            cluster_ip(Some("10.96.0.50")),
+            cluster_ip(Some("10.96.0.51")),
+        ];
+        let spec = proxy_spec(&i);
+        assert_eq!(spec.service.type_, "ClusterIP");
+        assert_eq!(spec.service.cluster_ip.as_deref(), Some("10.96.0.50"));
+        assert_eq!(spec.service.load_balancer_ip, None);
+        let refused = unsupported_addresses(&i);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0].contains("10.96.0.51"), "{refused:?}");
+    }
+
+    #[test]
+    fn cluster_and_default_routability_keep_the_load_balancer_and_ask_for_both() {
+        let mut i = infra();
+        i.requested_addresses = vec![
+            cluster_ip(Some("10.96.0.50")),
+            RequestedAddress {
+                type_: AddressType::IPAddress,
+                value: Some("10.0.0.7".into()),
+                cluster: false,
+            },
+        ];
+        let spec = proxy_spec(&i);
+        assert_eq!(spec.service.type_, "LoadBalancer");
+        assert_eq!(spec.service.load_balancer_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(spec.service.cluster_ip.as_deref(), Some("10.96.0.50"));
+        assert!(unsupported_addresses(&i).is_empty());
+        // Without a value, the API server picks the cluster IP.
+        i.requested_addresses = vec![cluster_ip(None)];
+        let spec = proxy_spec(&i);
+        assert_eq!(spec.service.type_, "ClusterIP");
+        assert_eq!(spec.service.cluster_ip, None);
     }
 
     #[test]
