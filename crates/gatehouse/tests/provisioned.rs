@@ -50,6 +50,41 @@ async fn answer(c: &reqwest::Client, url: &str) -> (u16, String) {
     }
 }
 
+/// A provisioning controller answering to `controller_name`, its CA in `ns`/`ca_secret`, its
+/// config stream on 127.0.0.1:`sync_port`; no leader election, no load balancer.
+fn provisioning(
+    controller_name: &str,
+    ns: &str,
+    ca_secret: &str,
+    sync_port: u16,
+) -> ControllerOptions {
+    ControllerOptions {
+        admin_address: "127.0.0.1:0".parse().unwrap(),
+        default_address: "127.0.0.1".parse::<IpAddr>().unwrap(),
+        local_addresses: false,
+        drain_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(2),
+        dataplane: Default::default(),
+        lease: None,
+        controller_name: controller_name.to_string(),
+        publish_service: None,
+        publish_service_template: None,
+        provision: Some(ProvisionOptions {
+            ca_secret: ObjectKey::new(ns, ca_secret),
+            sync_address: SocketAddr::from(([127, 0, 0, 1], sync_port)),
+            sync_dns_names: vec![],
+            sync_ips: vec!["127.0.0.1".parse().unwrap()],
+            settings: Settings {
+                image: "gatehouse:test".into(),
+                image_pull_policy: None,
+                control_plane_endpoint: format!("https://127.0.0.1:{sync_port}"),
+                control_plane_server_name: "127.0.0.1".into(),
+            },
+            dataplane_bind: "127.0.0.1".parse().unwrap(),
+        }),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     if kubeconfig().is_none() {
@@ -93,31 +128,7 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     ));
 
     let endpoint = format!("https://127.0.0.1:{sync_port}");
-    let options = || ControllerOptions {
-        admin_address: "127.0.0.1:0".parse().unwrap(),
-        default_address: "127.0.0.1".parse::<IpAddr>().unwrap(),
-        local_addresses: false,
-        drain_delay: Duration::ZERO,
-        shutdown_grace: Duration::from_secs(2),
-        dataplane: Default::default(),
-        lease: None,
-        controller_name: controller_name.clone(),
-        publish_service: None,
-        publish_service_template: None,
-        provision: Some(ProvisionOptions {
-            ca_secret: ObjectKey::new(ns.clone(), "gatehouse-ca"),
-            sync_address: SocketAddr::from(([127, 0, 0, 1], sync_port)),
-            sync_dns_names: vec![],
-            sync_ips: vec!["127.0.0.1".parse().unwrap()],
-            settings: Settings {
-                image: "gatehouse:test".into(),
-                image_pull_policy: None,
-                control_plane_endpoint: endpoint.clone(),
-                control_plane_server_name: "127.0.0.1".into(),
-            },
-            dataplane_bind: "127.0.0.1".parse().unwrap(),
-        }),
-    };
+    let options = || provisioning(&controller_name, &ns, "gatehouse-ca", sync_port);
     let running = start(options(), kube_client().await).await.unwrap();
 
     // Every Gateway's objects, owned by it; the data plane's account has no token.
@@ -347,4 +358,174 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     running.stop().await;
     kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
     kubectl(&["delete", "gatewayclass", &class, "--wait=false"], None);
+}
+
+/// spec.addresses[].routability (GEP-5093) on the real API server, whose experimental Gateway
+/// CRD carries the field: `Cluster` alone makes the data plane's Service a ClusterIP one even
+/// though the class's default is LoadBalancer (an internal Gateway must not get a public
+/// address), a value pins the cluster IP, and status reports each cluster IP with its
+/// routability and says in AddressesAssigned what was not given. An unknown routability gets
+/// no data plane at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routability_cluster_gets_a_cluster_ip_and_says_so() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let ns = unique("route");
+    kubectl(&["create", "namespace", &ns], None);
+    let class = unique("class");
+    let controller_name = format!("gatehouse.dev/{}", unique("test"));
+    let (port, sync_port) = (free_port(), free_port());
+    // In the cluster's service range (cluster/up: 10.96.0.0/12), different on every run.
+    let pinned = format!(
+        "10.{}.{}.{}",
+        100 + port % 8,
+        port / 256 % 256,
+        port % 254 + 1
+    );
+    let gateway = |name: &str, addresses: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  addresses: {addresses}\n  listeners: [{{name: http, port: {port}, protocol: HTTP}}]\n---\n"
+        )
+    };
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: {controller_name}}}\n---\n{}{}{}{}",
+        gateway("internal", "[{type: IPAddress, routability: Cluster}]"),
+        gateway(
+            "pinned",
+            &format!("[{{type: IPAddress, value: \"{pinned}\", routability: Cluster}}]")
+        ),
+        gateway(
+            "both",
+            "[{type: IPAddress, routability: Cluster}, {type: IPAddress}]"
+        ),
+        gateway(
+            "vendor",
+            "[{type: IPAddress, routability: example.com/private}]"
+        ),
+    ));
+    let options = provisioning(&controller_name, &ns, "gatehouse-ca", sync_port);
+    let running = start(options, kube_client().await).await.unwrap();
+
+    // The first status comes before the provisioned Services exist (NotAssigned); the one
+    // that counts comes once the controller sees them.
+    let settled = |name: &'static str, want: &'static str| {
+        let ns = ns.clone();
+        move || {
+            let ns = ns.clone();
+            async move {
+                condition(&ns, "gateway", name, "AddressesAssigned").is_some_and(|c| c.1 == want)
+            }
+        }
+    };
+    for (name, want) in [
+        ("internal", "AddressesAssigned"),
+        ("pinned", "AddressesAssigned"),
+        ("both", "PartiallyAssigned"),
+    ] {
+        eventually(
+            &format!("{name}: AddressesAssigned reason {want}"),
+            Duration::from_secs(30),
+            settled(name, want),
+        )
+        .await;
+    }
+    // And it stays so: nothing in later passes takes the addresses back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Only Cluster: a ClusterIP Service, although the class asks for nothing (LoadBalancer).
+    let svc = get("service", &ns, "internal-gatehouse");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let gw = get("gateway", &ns, "internal");
+    assert_eq!(gw["status"]["addresses"][0]["value"], cluster_ip.as_str());
+    assert_eq!(gw["status"]["addresses"][0]["routability"], "Cluster");
+    let (status, reason, _) = condition(&ns, "gateway", "internal", "AddressesAssigned").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "AddressesAssigned")
+    );
+
+    // A value is the Service's cluster IP.
+    let svc = get("service", &ns, "pinned-gatehouse");
+    assert_eq!(svc["spec"]["clusterIP"], pinned.as_str());
+    assert_eq!(
+        condition(&ns, "gateway", "pinned", "AddressesAssigned").map(|c| c.0),
+        Some("True".into())
+    );
+
+    // Cluster and the default: the Service stays a LoadBalancer, whose cluster IP is reported;
+    // no load balancer runs here, so the default entry is not assigned and status says so.
+    let svc = get("service", &ns, "both-gatehouse");
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    let gw = get("gateway", &ns, "both");
+    let addresses = gw["status"]["addresses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(addresses.len(), 1, "{addresses:?}");
+    assert_eq!(addresses[0]["value"], svc["spec"]["clusterIP"]);
+    assert_eq!(addresses[0]["routability"], "Cluster");
+    let (status, reason, message) = condition(&ns, "gateway", "both", "AddressesAssigned").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PartiallyAssigned")
+    );
+    assert_eq!(message, "not assigned: an IPAddress");
+
+    // An unknown routability: not Accepted, and no data plane to serve it anywhere else.
+    eventually(
+        "vendor: Accepted=False UnsupportedAddress",
+        Duration::from_secs(30),
+        || async {
+            condition(&ns, "gateway", "vendor", "Accepted").is_some_and(|(s, r, m)| {
+                s == "False" && r == "UnsupportedAddress" && m.contains("example.com/private")
+            })
+        },
+    )
+    .await;
+    assert!(!exists("deployment", &ns, "vendor-gatehouse"));
+    assert!(!exists("service", &ns, "vendor-gatehouse"));
+
+    // Another installation in the same cluster (another controllerName, a class and a Gateway
+    // of its own) starts: its sweep for leftovers must not take our data planes for its own.
+    let other_class = unique("class");
+    let other_name = format!("gatehouse.dev/{}", unique("other"));
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {other_class}}}\nspec: {{controllerName: {other_name}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: theirs, namespace: {ns}}}\nspec:\n  gatewayClassName: {other_class}\n  listeners: [{{name: http, port: {port}, protocol: HTTP}}]\n"
+    ));
+    let other_options = provisioning(&other_name, &ns, "other-ca", free_port());
+    let other = start(other_options, kube_client().await).await.unwrap();
+    eventually(
+        "the other installation provisioned its Gateway (and swept)",
+        Duration::from_secs(30),
+        || async { exists("deployment", &ns, "theirs-gatehouse") },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in ["internal", "pinned", "both"] {
+        assert!(
+            exists("deployment", &ns, &format!("{name}-gatehouse")),
+            "{name}'s data plane survived the other installation's sweep"
+        );
+    }
+    assert_eq!(
+        get("deployment", &ns, "internal-gatehouse")["metadata"]["annotations"]["gatehouse.dev/controller-name"],
+        controller_name.as_str()
+    );
+
+    other.stop().await;
+    running.stop().await;
+    kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+    kubectl(
+        &[
+            "delete",
+            "gatewayclass",
+            &class,
+            &other_class,
+            "--wait=false",
+        ],
+        None,
+    );
 }

@@ -51,6 +51,9 @@ pub struct Provisioner {
     renew_at: HashMap<ObjectKey, SystemTime>,
     /// Whether leftovers of Gateways that are not desired were looked for since start.
     swept: bool,
+    /// The controllerName this controller answers to, written on every Deployment it makes
+    /// ([`CONTROLLER_ANNOTATION`]) so that the sweep touches only its own.
+    controller_name: String,
 }
 
 const MANAGER: &str = "gatehouse";
@@ -68,7 +71,14 @@ impl Provisioner {
             last: HashMap::new(),
             renew_at: HashMap::new(),
             swept: false,
+            controller_name: String::new(),
         }
+    }
+
+    /// The controllerName to mark Deployments with and sweep by.
+    pub fn controller_name(mut self, name: &str) -> Self {
+        self.controller_name = name.to_string();
+        self
     }
 
     /// Brings every desired Gateway's objects up to date and removes those of Gateways that
@@ -85,7 +95,16 @@ impl Provisioner {
                 out.errors.insert(key.clone(), e);
                 continue;
             }
-            let rendered = render(&owner, &d.spec, &self.settings);
+            let mut rendered = render(&owner, &d.spec, &self.settings);
+            rendered
+                .deployment
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(
+                    CONTROLLER_ANNOTATION.to_string(),
+                    self.controller_name.clone(),
+                );
             if self.last.get(key) == Some(&rendered) {
                 continue;
             }
@@ -248,7 +267,11 @@ impl Provisioner {
     }
 
     /// Generated Deployments whose Gateway is not desired (found by label): left by a previous
-    /// controller that stopped before deleting them.
+    /// controller that stopped before deleting them. Only those marked with our controllerName:
+    /// another Gatehouse installation in the cluster (another controllerName, other
+    /// GatewayClasses) provisions with the same labels, and its Gateways are never in our
+    /// desired set. Deployments without the mark (made before it existed) are left alone:
+    /// what cannot be shown to be ours is not deleted.
     async fn sweep(&self, desired: &BTreeMap<ObjectKey, Desired>) -> Result<(), String> {
         let api: Api<Deployment> = Api::all(self.client.clone());
         let list = api
@@ -258,6 +281,9 @@ impl Provisioner {
             .await
             .map_err(|e| e.to_string())?;
         for d in list {
+            if !is_ours(&d, &self.controller_name) {
+                continue;
+            }
             let ns = d.metadata.namespace.clone().unwrap_or_default();
             let Some(owner) = d
                 .metadata
@@ -275,6 +301,17 @@ impl Provisioner {
         }
         Ok(())
     }
+}
+
+/// The annotation naming the controller that provisioned a Deployment.
+pub const CONTROLLER_ANNOTATION: &str = "gatehouse.dev/controller-name";
+
+fn is_ours(d: &Deployment, controller_name: &str) -> bool {
+    d.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONTROLLER_ANNOTATION))
+        .is_some_and(|c| c == controller_name)
 }
 
 /// Server-side apply of `object` (its apiVersion and kind are added).
@@ -304,5 +341,30 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(format!("cannot delete {} {name}: {e}", K::KIND)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(annotation: Option<&str>) -> Deployment {
+        let mut d = Deployment::default();
+        if let Some(a) = annotation {
+            d.metadata.annotations =
+                Some(BTreeMap::from([(CONTROLLER_ANNOTATION.into(), a.into())]));
+        }
+        d
+    }
+
+    #[test]
+    fn only_deployments_marked_with_our_controller_name_are_ours() {
+        let ours = "gatehouse.dev/gateway-controller";
+        assert!(is_ours(&deployment(Some(ours)), ours));
+        assert!(!is_ours(&deployment(Some("gatehouse.dev/internal")), ours));
+        assert!(
+            !is_ours(&deployment(None), ours),
+            "unmarked: not provably ours"
+        );
     }
 }
