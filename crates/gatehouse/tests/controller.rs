@@ -405,6 +405,56 @@ async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
     running.stop().await;
 }
 
+/// Experimental fields are read, not fatal: an HTTPRoute with an `ExternalAuth` filter (valid
+/// under the experimental CRDs `cluster/up` installs) once failed the whole HTTPRoute list to
+/// deserialize, so no route was read and readiness never came. Now that rule is refused in
+/// the route's status, and the route beside it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experimental_filter_refuses_its_rule_and_stops_nothing_else() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let mut host = TestHost::new();
+    let a = host.echo(9006, "a").await;
+    env.base_objects();
+    env.service("svc", &[a]);
+    apply(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: authed, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{HOST}]\n  rules:\n  - matches: [{{path: {{value: /authed}}}}]\n    filters: [{{type: ExternalAuth, externalAuth: {{protocol: HTTP, backendRef: {{name: svc, port: 80}}, http: {{}}}}}}]\n    backendRefs: [{{name: svc, port: 80}}]\n",
+        ns = env.ns
+    ));
+    env.route("plain", "/plain", "svc");
+    let running = start(env.options("127.0.0.1", None), kube_client().await)
+        .await
+        .unwrap();
+    let c = client_for();
+    eventually(
+        "the plain route serves",
+        Duration::from_secs(20),
+        || async { answer(&c, &env.url("127.0.0.1", "/plain")).await.0 == 200 },
+    )
+    .await;
+    eventually(
+        "the ExternalAuth rule is refused in status",
+        Duration::from_secs(20),
+        || async {
+            env.condition(
+                "httproute",
+                "authed",
+                &["status", "parents", "0", "conditions"],
+                "Accepted",
+            ) == tt("False", "UnsupportedValue")
+        },
+    )
+    .await;
+    assert_ne!(
+        answer(&c, &env.url("127.0.0.1", "/authed")).await.0,
+        200,
+        "a rule whose authorization cannot be checked is not served"
+    );
+    running.stop().await;
+}
+
 /// An HTTPS backend inside the test process: answers every request on a connection with
 /// 200 "tls-ok" under `pair`'s certificate.
 async fn tls_backend(addr: SocketAddr, pair: &gatehouse_testkit::certs::Pair) {

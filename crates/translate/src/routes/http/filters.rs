@@ -98,6 +98,11 @@ macro_rules! filter_from {
                 $kind::ExtensionRef => {
                     return Err($crate::routes::http::filters::unsupported("ExtensionRef"))
                 }
+                // Experimental in v1.7.0. Gatehouse has no authorization client: the rule is
+                // refused, never served without the check.
+                $kind::ExternalAuth => {
+                    return Err($crate::routes::http::filters::unsupported("ExternalAuth"))
+                }
                 $kind::Cors => {
                     let Some(c) = f.cors.as_ref() else {
                         return Err("CORS needs cors".into());
