@@ -4,6 +4,7 @@
 pub mod addresses;
 pub mod ca_secret;
 mod leader;
+mod lenient;
 pub mod service;
 mod sink;
 mod source;

@@ -4,7 +4,11 @@
 //! Kinds watched `Referenced` (Secrets, ConfigMaps) are not mirrored wholesale: only the
 //! objects the other kinds reference are watched, each with a field selector on its namespace
 //! and name, so the controller never holds every Secret of the cluster in memory.
+//!
+//! Every watch decodes object by object ([`Lenient`]): an object our types reject is logged and
+//! left out, instead of failing its kind's whole list.
 
+use super::lenient::Lenient;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use gatehouse_translate::kinds::{
@@ -162,9 +166,9 @@ fn kind_not_served(e: &watcher::Error) -> bool {
 /// Keep `writer`'s store in sync with `api`, notifying on every change, until aborted.
 /// `absent` says whether the API server does not serve the kind (a 404 on list or watch).
 fn spawn_reflector<K: Kind>(
-    api: Api<K>,
+    api: Api<Lenient<K>>,
     config: watcher::Config,
-    writer: reflector::store::Writer<K>,
+    writer: reflector::store::Writer<Lenient<K>>,
     signals: Arc<Signals>,
     absent: watch::Sender<bool>,
 ) -> JoinHandle<()> {
@@ -177,7 +181,18 @@ fn spawn_reflector<K: Kind>(
             match event {
                 // Yielded before each (re)list is requested: nothing has changed yet.
                 Ok(watcher::Event::Init) => {}
-                Ok(_) => {
+                Ok(event) => {
+                    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = &event
+                        && let Err(why) = &o.object
+                    {
+                        // Once per version of the object: left out of every snapshot until
+                        // it changes into something that decodes.
+                        tracing::warn!(
+                            "{what} {}/{} cannot be read and is ignored: {why}",
+                            kube::ResourceExt::namespace(o).unwrap_or_default(),
+                            kube::ResourceExt::name_any(o),
+                        );
+                    }
                     absent.send_if_modified(std::mem::take);
                     signals.notify();
                 }
@@ -220,7 +235,7 @@ trait Mirror: Send + Sync {
 
 /// Every object of a kind, cluster-wide.
 struct All<K: Kind> {
-    store: Store<K>,
+    store: Store<Lenient<K>>,
     task: JoinHandle<()>,
     required: bool,
 }
@@ -240,7 +255,7 @@ impl<K: Kind> Mirror for All<K> {
 
     fn fill(&self, input: &mut Input) {
         // The store's own objects, shared: a snapshot costs a pointer per object, not a copy.
-        K::of_mut(input).extend(self.store.state());
+        K::of_mut(input).extend(decoded(&self.store));
     }
 
     fn stop(&self) {
@@ -251,7 +266,15 @@ impl<K: Kind> Mirror for All<K> {
 /// The store and the watch task of one referenced object, and whether the API server serves
 /// its kind at all (a ClusterTrustBundle on a cluster without that API): an object of a kind
 /// that is not served is absent, not pending, so readiness does not wait for it forever.
-type OneObject<K> = (Store<K>, JoinHandle<()>, watch::Receiver<bool>);
+type OneObject<K> = (Store<Lenient<K>>, JoinHandle<()>, watch::Receiver<bool>);
+
+/// The objects of `store` that decoded.
+fn decoded<K: Kind>(store: &Store<Lenient<K>>) -> impl Iterator<Item = Arc<K>> {
+    store
+        .state()
+        .into_iter()
+        .filter_map(|o| o.object.as_ref().ok().cloned())
+}
 
 /// Only the objects of a kind that the rest of the snapshot references, each watched alone.
 struct Referenced<K: Kind> {
@@ -291,12 +314,12 @@ impl<K: Kind> Mirror for Referenced<K> {
             let (reader, writer) = reflector::store();
             let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name));
             // In the object's namespace: RBAC may grant reading Secrets in some namespaces only.
-            let api = api_in::<K>(&self.client, &key.namespace);
+            let api = api_in::<Lenient<K>>(&self.client, &key.namespace);
             let (absent, not_served) = watch::channel(false);
             let task = spawn_reflector(api, config, writer, Arc::clone(&self.signals), absent);
             watches.insert(key, (reader, task, not_served));
         }
-        K::of_mut(input).extend(watches.values().flat_map(|(store, _, _)| store.state()));
+        K::of_mut(input).extend(watches.values().flat_map(|(store, _, _)| decoded(store)));
     }
 
     fn pending(&self) -> Vec<String> {
@@ -311,7 +334,7 @@ impl<K: Kind> Mirror for Referenced<K> {
     }
 
     fn wait_synced(&self) -> BoxFuture<'_, ()> {
-        let stores: Vec<(Store<K>, watch::Receiver<bool>)> = {
+        let stores: Vec<(Store<Lenient<K>>, watch::Receiver<bool>)> = {
             let watches = self.watches.lock().expect("not poisoned");
             watches
                 .values()
@@ -339,9 +362,12 @@ impl<K: Kind> Mirror for Referenced<K> {
 }
 
 /// A client for `K` in `namespace` (cluster-wide for cluster-scoped kinds).
-pub(crate) fn api_in<K: Kind>(client: &Client, namespace: &str) -> Api<K> {
+pub(crate) fn api_in<K>(client: &Client, namespace: &str) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope: KindScope>,
+{
     struct In<'a>(&'a Client, &'a str);
-    impl<K: Kind> ScopeVisitor<K> for In<'_> {
+    impl<K: kube::Resource<DynamicType = ()>> ScopeVisitor<K> for In<'_> {
         type Output = Api<K>;
         fn namespaced(self) -> Api<K>
         where
@@ -402,7 +428,7 @@ impl KubeSource {
                     Watch::All { required } => {
                         let (store, writer) = reflector::store();
                         let task = spawn_reflector(
-                            Api::<K>::all(self.client.clone()),
+                            Api::<Lenient<K>>::all(self.client.clone()),
                             watcher::Config::default(),
                             writer,
                             Arc::clone(self.signals),
