@@ -71,7 +71,6 @@ const SERVER_VALIDITY: Duration = Duration::from_secs(30 * 24 * 3600);
 async fn start_provisioning(
     p: &ProvisionOptions,
     client: &kube::Client,
-    controller_name: &str,
     leader_elected: bool,
     stop: CancellationToken,
 ) -> anyhow::Result<(Arc<RemotePublisher>, Provisioning)> {
@@ -120,8 +119,7 @@ async fn start_provisioning(
         validity: BOOTSTRAP_VALIDITY,
     });
     let provisioning = Provisioning {
-        provisioner: Provisioner::new(client.clone(), p.settings.clone(), issuer)
-            .controller_name(controller_name),
+        provisioner: Provisioner::new(client.clone(), p.settings.clone(), issuer),
         publisher: Arc::clone(&publisher),
         server,
     };
@@ -190,14 +188,8 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
     );
     let mut publisher: Option<Arc<dyn Publisher>> = None;
     if let Some(p) = &opts.provision {
-        let (remote, provisioning) = start_provisioning(
-            p,
-            &client,
-            &opts.controller_name,
-            opts.lease.is_some(),
-            also_stop.clone(),
-        )
-        .await?;
+        let (remote, provisioning) =
+            start_provisioning(p, &client, opts.lease.is_some(), also_stop.clone()).await?;
         sink = sink.provisioning(provisioning);
         publisher = Some(remote);
     }

@@ -394,6 +394,7 @@ fn provision_options(a: &ControllerArgs) -> anyhow::Result<Option<controller::Pr
             image_pull_policy: a.proxy_image_pull_policy.clone(),
             control_plane_endpoint: endpoint,
             control_plane_server_name: host,
+            controller_name: a.controller_name.clone(),
         },
         dataplane_bind: a.dataplane_bind_address,
     }))

@@ -79,6 +79,7 @@ fn provisioning(
                 image_pull_policy: None,
                 control_plane_endpoint: format!("https://127.0.0.1:{sync_port}"),
                 control_plane_server_name: "127.0.0.1".into(),
+                controller_name: controller_name.to_string(),
             },
             dataplane_bind: "127.0.0.1".parse().unwrap(),
         }),

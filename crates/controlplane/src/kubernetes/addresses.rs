@@ -1,6 +1,7 @@
 //! The addresses Gateways listen on and report, in controller mode.
 
 use crate::reconcile::AdjustOptions;
+use gatehouse_translate::conditions::names::ROUTABILITY_CLUSTER;
 use gatehouse_translate::{
     Input, ObjectKey, Options as TranslateOptions, PublishedAddress, ServiceAddresses,
 };
@@ -171,7 +172,7 @@ fn cluster_ips(svc: &Service) -> Vec<PublishedAddress> {
         .map(|ip| PublishedAddress {
             type_: "IPAddress".to_string(),
             value: ip,
-            routability: Some("Cluster".to_string()),
+            routability: Some(ROUTABILITY_CLUSTER.to_string()),
         })
         .collect()
 }

@@ -9,7 +9,7 @@
 
 use super::credentials::{CredentialsIssuer, renew_at};
 use super::names::Names;
-use super::render::{Owner, ProxySpec, Rendered, Settings, render};
+use super::render::{CONTROLLER_ANNOTATION, Owner, ProxySpec, Rendered, Settings, render};
 use gatehouse_translate::ObjectKey;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -51,9 +51,6 @@ pub struct Provisioner {
     renew_at: HashMap<ObjectKey, SystemTime>,
     /// Whether leftovers of Gateways that are not desired were looked for since start.
     swept: bool,
-    /// The controllerName this controller answers to, written on every Deployment it makes
-    /// ([`CONTROLLER_ANNOTATION`]) so that the sweep touches only its own.
-    controller_name: String,
 }
 
 const MANAGER: &str = "gatehouse";
@@ -71,14 +68,7 @@ impl Provisioner {
             last: HashMap::new(),
             renew_at: HashMap::new(),
             swept: false,
-            controller_name: String::new(),
         }
-    }
-
-    /// The controllerName to mark Deployments with and sweep by.
-    pub fn controller_name(mut self, name: &str) -> Self {
-        self.controller_name = name.to_string();
-        self
     }
 
     /// Brings every desired Gateway's objects up to date and removes those of Gateways that
@@ -95,16 +85,7 @@ impl Provisioner {
                 out.errors.insert(key.clone(), e);
                 continue;
             }
-            let mut rendered = render(&owner, &d.spec, &self.settings);
-            rendered
-                .deployment
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(
-                    CONTROLLER_ANNOTATION.to_string(),
-                    self.controller_name.clone(),
-                );
+            let rendered = render(&owner, &d.spec, &self.settings);
             if self.last.get(key) == Some(&rendered) {
                 continue;
             }
@@ -281,7 +262,7 @@ impl Provisioner {
             .await
             .map_err(|e| e.to_string())?;
         for d in list {
-            if !is_ours(&d, &self.controller_name) {
+            if !is_ours(&d, &self.settings.controller_name) {
                 continue;
             }
             let ns = d.metadata.namespace.clone().unwrap_or_default();
@@ -302,9 +283,6 @@ impl Provisioner {
         Ok(())
     }
 }
-
-/// The annotation naming the controller that provisioned a Deployment.
-pub const CONTROLLER_ANNOTATION: &str = "gatehouse.dev/controller-name";
 
 fn is_ours(d: &Deployment, controller_name: &str) -> bool {
     d.metadata

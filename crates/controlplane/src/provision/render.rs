@@ -100,7 +100,13 @@ pub struct Settings {
     pub control_plane_endpoint: String,
     /// The name the control plane's certificate carries.
     pub control_plane_server_name: String,
+    /// The controllerName this controller answers to, written on every Deployment it makes
+    /// ([`CONTROLLER_ANNOTATION`]) so that the sweep for leftovers touches only its own.
+    pub controller_name: String,
 }
+
+/// The annotation naming the controller that provisioned a Deployment.
+pub const CONTROLLER_ANNOTATION: &str = "gatehouse.dev/controller-name";
 
 /// The Gateway the objects belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,8 +299,16 @@ fn deployment(owner: &Owner, spec: &ProxySpec, settings: &Settings, names: &Name
     let mut pod_annotations = spec.annotations.clone();
     pod_annotations.insert("prometheus.io/scrape".into(), "true".into());
     pod_annotations.insert("prometheus.io/port".into(), ADMIN_PORT.to_string());
+    let mut metadata = meta(owner, spec, names, &names.object);
+    metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            CONTROLLER_ANNOTATION.to_string(),
+            settings.controller_name.clone(),
+        );
     Deployment {
-        metadata: meta(owner, spec, names, &names.object),
+        metadata,
         spec: Some(DeploymentSpec {
             // With an autoscaler the replica count is its to set.
             replicas: spec.autoscaling.is_none().then_some(spec.replicas),
@@ -487,6 +501,7 @@ mod tests {
             image_pull_policy: None,
             control_plane_endpoint: "https://gatehouse.gatehouse-system.svc:18000".into(),
             control_plane_server_name: "gatehouse.gatehouse-system.svc".into(),
+            controller_name: "gatehouse.dev/gateway-controller".into(),
         }
     }
 
