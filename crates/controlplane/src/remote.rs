@@ -203,6 +203,7 @@ mod tests {
             tls: None,
             tls_routes: vec![],
             l4_route: None,
+            filters: vec![],
         };
         ir::Config {
             gateways: vec![ir::Gateway {

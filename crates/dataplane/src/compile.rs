@@ -30,7 +30,7 @@ use crate::filters::Filter;
 use crate::l4::L4Route;
 use crate::matchers::RequestMatcher;
 use crate::metrics::L4Metrics;
-use crate::metrics::{MirrorMetrics, RouteMetrics};
+use crate::metrics::{AuthMetrics, MirrorMetrics, RouteMetrics};
 use crate::mirror::{self, MirrorSpec};
 use crate::router::{HostTable, RouteTable};
 use crate::table::{
@@ -166,7 +166,9 @@ impl Compiler<'_> {
                     [only] => only.clone(),
                     _ => Arc::from(""),
                 };
+                let pre_routing = b.listeners.iter().any(|l| !l.filters.is_empty());
                 let table = SocketTable {
+                    pre_routing,
                     speaks: b.speaks,
                     listeners: b.listeners,
                     hosts: b.hosts,
@@ -441,7 +443,16 @@ impl Compiler<'_> {
                 .listener_handshakes(gateway, &listener.name.as_str().into()),
             _ => Counter::default(),
         };
+        // Only HTTP requests can be filtered (translate gives no other listener filters).
+        let filters = match mode {
+            ListenerMode::Http | ListenerMode::Terminate { http: true, .. } => {
+                let subject = format!("gateway {gateway} listener {}", listener.name);
+                self.filters(&subject, &listener.filters, clusters)
+            }
+            _ => Box::default(),
+        };
         CompiledListener {
+            filters,
             vhosts,
             rules,
             unmatched: RouteMetrics::new(self.metrics, gateway.clone(), Arc::from(""), 404),
@@ -504,9 +515,11 @@ impl Compiler<'_> {
         let filters = self.filters(&route, &rule.filters, clusters);
         let mirrored =
             mirror::any(&filters) || backends.iter().any(|(_, b)| mirror::any(&b.filters));
+        let authorized = filters.iter().any(|f| matches!(f, Filter::ExternalAuth(_)));
         CompiledRule {
             filters,
             mirrored,
+            authorized,
             metrics: RouteMetrics::new(self.metrics, gateway, route, 200),
             backends: Weighted::new(backends),
             timeout,
@@ -529,8 +542,12 @@ impl Compiler<'_> {
         filters
             .iter()
             .filter_map(|f| {
-                if let ir::HttpFilter::Mirror(m) = f {
-                    return self.mirror(route, m, clusters);
+                match f {
+                    ir::HttpFilter::Mirror(m) => return self.mirror(route, m, clusters),
+                    ir::HttpFilter::ExternalAuth(a) => {
+                        return Some(self.external_auth(route, a, clusters));
+                    }
+                    _ => {}
                 }
                 Some(Filter::try_from(f).unwrap_or_else(|error| {
                     self.contain(
@@ -541,6 +558,46 @@ impl Compiler<'_> {
                 }))
             })
             .collect()
+    }
+
+    /// An authorization server the configuration does not have (or an invalid target) keeps
+    /// its filter, which then refuses every request: the check fails closed.
+    fn external_auth(&mut self, route: &str, a: &ir::ExternalAuth, clusters: &Clusters) -> Filter {
+        let protocol = match crate::ext_auth::Protocol::compile(&a.protocol) {
+            Ok(p) => p,
+            Err(error) => {
+                self.contain(
+                    format!("route {route}"),
+                    format_args!("ExternalAuth header names ({error}); its rule answers 500"),
+                );
+                return Filter::Invalid;
+            }
+        };
+        let cluster = match &a.target {
+            ir::BackendTarget::Cluster(name) => {
+                let found = clusters.get(name.as_str()).cloned();
+                if found.is_none() {
+                    self.contain(
+                        format!("route {route}"),
+                        format_args!(
+                            "ExternalAuth to unknown cluster {name}; its requests are refused"
+                        ),
+                    );
+                }
+                found
+            }
+            ir::BackendTarget::Invalid { .. } => None,
+        };
+        let metrics = match &cluster {
+            Some(c) => AuthMetrics::new(self.metrics, &c.name),
+            None => AuthMetrics::new(self.metrics, &Arc::from("")),
+        };
+        Filter::ExternalAuth(Box::new(crate::ext_auth::AuthSpec {
+            cluster,
+            protocol,
+            forward_body: a.forward_body as usize,
+            metrics,
+        }))
     }
 
     /// A mirror to a cluster the configuration does not have is left out: the real request

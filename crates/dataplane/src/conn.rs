@@ -5,7 +5,7 @@ use crate::headers::RequestHeaders;
 use crate::listeners::{ActiveConn, SocketShared};
 use crate::matchers::RequestView;
 use crate::router::{self, Refusal, Routed};
-use crate::table::SocketTable;
+use crate::table::{CompiledListener, SocketTable};
 use http::HeaderValue;
 use std::sync::Arc;
 
@@ -45,6 +45,22 @@ impl ConnContext {
     /// first matching route of the listener's virtual host. `host` must be normalised
     /// ([`router::normalize_host`]).
     #[inline]
+    /// The listener a request with this host belongs to, as [`ConnContext::route`] chooses
+    /// it; `None` when none does (or the host is not the one the TLS server name chose).
+    pub(crate) fn listener<'t>(
+        &self,
+        table: &'t SocketTable,
+        host: &str,
+    ) -> Option<&'t CompiledListener> {
+        let index = table.hosts.get(host).copied()?;
+        if let Some(sni) = self.sni.as_deref()
+            && table.hosts.get(sni).copied() != Some(index)
+        {
+            return None;
+        }
+        table.listeners.get(index)
+    }
+
     pub(crate) fn route<'t, H: RequestHeaders + ?Sized>(
         &self,
         table: &'t SocketTable,

@@ -2,6 +2,7 @@
 //! conversion from the IR; CORS and mirrors in modules of their own (`cors`, `mirror`).
 
 use crate::cors::{CorsError, CorsPolicy};
+use crate::ext_auth::AuthSpec;
 use crate::headers::HeaderEdit;
 use crate::mirror::MirrorSpec;
 use gatehouse_ir as ir;
@@ -37,6 +38,9 @@ pub(crate) enum FilterError {
     /// A mirror needs the cluster it reaches: `compile` builds it, not this conversion.
     #[error("a mirror is compiled with the clusters of its configuration")]
     MirrorNeedsClusters,
+    /// So does an authorization server.
+    #[error("an ExternalAuth filter is compiled with the clusters of its configuration")]
+    AuthNeedsClusters,
 }
 
 impl TryFrom<&ir::HttpFilter> for Filter {
@@ -50,6 +54,7 @@ impl TryFrom<&ir::HttpFilter> for Filter {
             ir::HttpFilter::UrlRewrite(r) => Filter::UrlRewrite(r.try_into()?),
             ir::HttpFilter::Cors(c) => Filter::Cors(Box::new(c.try_into()?)),
             ir::HttpFilter::Mirror(_) => return Err(FilterError::MirrorNeedsClusters),
+            ir::HttpFilter::ExternalAuth(_) => return Err(FilterError::AuthNeedsClusters),
         })
     }
 }
@@ -62,6 +67,8 @@ pub(crate) enum Filter {
     UrlRewrite(RewriteSpec),
     Cors(Box<CorsPolicy>),
     Mirror(Box<MirrorSpec>),
+    /// Run by the hyper path before the filters after it (see `ext_auth`).
+    ExternalAuth(Box<AuthSpec>),
     /// A filter the IR holds but that could not be compiled; its rule answers 500 rather than
     /// silently skipping it.
     Invalid,

@@ -76,8 +76,20 @@ pub(crate) fn decide<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
     req: &RequestParts<'_>,
     headers: &mut H,
 ) -> Decision<'t> {
-    let mut rewrite = Rewrite::default();
-    if let Some(answer) = request_filters(&rule.filters, req, headers, &mut rewrite) {
+    decide_after(rule, 0, Rewrite::default(), req, headers)
+}
+
+/// [`decide`] for a request whose first `done` rule filters already ran (up to and including
+/// an `ExternalAuth` check, see `hyper_path`) and left `rewrite`.
+pub(crate) fn decide_after<'t, H: HeaderEdit + RequestHeaders + ?Sized>(
+    rule: &'t CompiledRule,
+    done: usize,
+    mut rewrite: Rewrite,
+    req: &RequestParts<'_>,
+    headers: &mut H,
+) -> Decision<'t> {
+    let rest = rule.filters.get(done..).unwrap_or_default();
+    if let Some(answer) = request_filters(rest, req, headers, &mut rewrite) {
         return Decision::Answer {
             answer,
             backend_filters: &[],
@@ -149,7 +161,7 @@ fn text<'t>(
 }
 
 /// Runs request-side filters; `Some` when one of them answers (redirect, broken filter).
-fn request_filters<H: HeaderEdit + RequestHeaders + ?Sized>(
+pub(crate) fn request_filters<H: HeaderEdit + RequestHeaders + ?Sized>(
     filters: &[Filter],
     req: &RequestParts<'_>,
     headers: &mut H,
@@ -186,6 +198,10 @@ fn request_filters<H: HeaderEdit + RequestHeaders + ?Sized>(
             },
             // Mirrors start once the request is ready to leave (`mirror::start`).
             Filter::Mirror(_) => {}
+            // Checks are awaited by the hyper path, which runs the filters before each one
+            // first and hands this function only those after the last (`decide_after`); the
+            // HTTP/1 path hands such rules over.
+            Filter::ExternalAuth(_) => {}
             Filter::Invalid => {
                 return Some(Answer::Text(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -179,6 +179,28 @@ pub fn grpc_timeout(data: &[u8]) {
     assert_eq!(parsed, reference, "{:?}", String::from_utf8_lossy(data));
 }
 
+/// The body of an ExternalAuth server's gRPC answer (`ext_auth`): parsed or refused, never a
+/// panic; an allow never changes Host, whatever it asks; a denial always has a final status.
+pub fn ext_auth_answer(data: &[u8]) {
+    use crate::ext_auth::{Answer, apply, grpc_answer, parse_answer};
+    let Ok(answer) = parse_answer(bytes::Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    match grpc_answer(answer) {
+        Answer::Allow(changes) => {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::HOST,
+                http::HeaderValue::from_static("a.example"),
+            );
+            apply(&mut headers, changes);
+            let hosts: Vec<_> = headers.get_all(http::header::HOST).iter().collect();
+            assert_eq!(hosts, ["a.example"]);
+        }
+        Answer::Deny(response) => assert!(response.status().as_u16() >= 200),
+    }
+}
+
 /// A request for [`router`].
 #[derive(Debug)]
 pub struct Request<'a> {

@@ -5,14 +5,18 @@
 
 use crate::Shared;
 use crate::conn::ConnContext;
+use crate::ext_auth;
+use crate::filters::Filter;
 use crate::forwarding::{self, Answer, Decision, RequestParts, ResponseEdits, Rewrite};
 use crate::h1;
-use crate::limits::{IdleBody, Limits, Stall, StreamGuard, TimeoutKind};
+use crate::limits::{IdleBody, Limits, RequestBody, Stall, StreamGuard, TimeoutKind};
 use crate::matchers::{LazyQuery, RequestView};
 use crate::mirror::{self, Taps};
 use crate::retry::{self, Outcome, RetryPolicy};
 use crate::router::{self, MAX_HOST_LEN, Routed};
-use crate::table::{ClusterState, CompiledRoute, CompiledRule, Endpoint, SocketTable};
+use crate::table::{
+    ClusterState, CompiledListener, CompiledRoute, CompiledRule, Endpoint, SocketTable,
+};
 use crate::upstream::{self, BoxError, UpstreamError};
 use bytes::Bytes;
 use http::header::{
@@ -270,25 +274,37 @@ pub(crate) async fn handle(
     }
     let mut buf = [0u8; MAX_HOST_LEN];
     let host = request_host(&req, &mut buf).unwrap_or("");
-    let routed = {
-        let mut view = RequestView {
-            method: req.method(),
-            path: req.uri().path(),
-            headers: req.headers(),
-            query: LazyQuery::new(req.uri().query()),
-        };
-        conn.route(&table, host, &mut view)
-    };
     let closing = conn.socket.closing() && req.version() <= Version::HTTP_11;
-    let (metrics, mut response) = match routed {
-        Routed::Matched(listener, route) => {
-            let rule = &listener.rules[route.rule];
-            (
-                &rule.metrics,
-                forward(&conn, rule, route, host, req, grpc).await,
-            )
+    let mut req = req.map(RequestBody::Streaming);
+    let (metrics, mut response) = 'answered: {
+        // The listener's filters run before routing, which sees what they changed. The
+        // listener itself was chosen by Host (or SNI), which no filter may change.
+        if table.pre_routing
+            && let Some(listener) = conn.listener(&table, host)
+            && !listener.filters.is_empty()
+            && let Err(refused) = pre_routing(&conn, listener, &mut req, grpc).await
+        {
+            break 'answered (&listener.unmatched, refused);
         }
-        Routed::Refused(refusal) => (refusal.metrics, generated(refusal.status, refusal.text)),
+        let routed = {
+            let mut view = RequestView {
+                method: req.method(),
+                path: req.uri().path(),
+                headers: req.headers(),
+                query: LazyQuery::new(req.uri().query()),
+            };
+            conn.route(&table, host, &mut view)
+        };
+        match routed {
+            Routed::Matched(listener, route) => {
+                let rule = &listener.rules[route.rule];
+                (
+                    &rule.metrics,
+                    forward(&conn, rule, route, host, req, grpc).await,
+                )
+            }
+            Routed::Refused(refusal) => (refusal.metrics, generated(refusal.status, refusal.text)),
+        }
     };
     metrics.record(
         &conn.socket.shared.metrics,
@@ -331,15 +347,50 @@ fn respond(mut resp: Response<ResponseBody>, edits: ResponseEdits<'_>) -> Respon
     resp
 }
 
+/// Runs a listener's pre-routing filters (`ExternalAuth` checks) in order. `Err`: the answer
+/// the client gets instead of routing.
+async fn pre_routing(
+    conn: &ConnContext,
+    listener: &CompiledListener,
+    req: &mut Request<RequestBody>,
+    grpc: bool,
+) -> Result<(), Response<ResponseBody>> {
+    let deadline = match grpc {
+        true => crate::grpc::deadline(req.headers()),
+        false => None,
+    };
+    let timeout = crate::grpc::tighter(conn.socket.shared.default_request_timeout, deadline);
+    let (mut parts, mut body) =
+        std::mem::replace(req, Request::new(RequestBody::Buffered(None, None))).into_parts();
+    let mut outcome = Ok(());
+    for filter in &listener.filters {
+        let Filter::ExternalAuth(spec) = filter else {
+            continue;
+        };
+        let subject = ext_auth::Subject {
+            parts: &mut parts,
+            body: &mut body,
+            rewritten_path: None,
+            conn,
+        };
+        outcome = ext_auth::check(spec, &conn.socket.shared, subject, timeout).await;
+        if outcome.is_err() {
+            break;
+        }
+    }
+    *req = Request::from_parts(parts, body);
+    outcome
+}
+
 async fn forward(
     conn: &Arc<ConnContext>,
     rule: &CompiledRule,
     route: &CompiledRoute,
     host: &str,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     grpc: bool,
 ) -> Response<ResponseBody> {
-    let (mut parts, body) = req.into_parts();
+    let (mut parts, mut body) = req.into_parts();
     // A gRPC call's own deadline bounds the wait as the rule's timeout does (`crate::grpc`).
     let deadline = match grpc {
         true => crate::grpc::deadline(&parts.headers),
@@ -350,14 +401,59 @@ async fn forward(
     // run, so that a client cannot name (and so delete) a field a filter adds.
     let upgrade_requested = upstream::upgrade_protocol(parts.version, &parts.headers);
     upstream::strip_hop_by_hop(&mut parts.headers);
-    let decision = forwarding::decide(
+    let matched_prefix = route.matcher.path.replaceable_prefix();
+    // A rule's ExternalAuth checks run where they stand among its filters: the filters before
+    // each one first, so the check sees what they did.
+    let mut rewrite = Rewrite::default();
+    let mut done = 0;
+    if rule.authorized {
+        for (i, filter) in rule.filters.iter().enumerate() {
+            let Filter::ExternalAuth(spec) = filter else {
+                continue;
+            };
+            let before = forwarding::request_filters(
+                &rule.filters[done..i],
+                &RequestParts {
+                    method: &parts.method,
+                    host,
+                    path: parts.uri.path(),
+                    query: parts.uri.query(),
+                    matched_prefix,
+                },
+                &mut parts.headers,
+                &mut rewrite,
+            );
+            let edits = ResponseEdits {
+                rule_filters: &rule.filters,
+                backend_filters: &[],
+                cors: rewrite.cors.as_ref(),
+            };
+            if let Some(a) = before {
+                return respond(answer(a), edits);
+            }
+            let subject = ext_auth::Subject {
+                parts: &mut parts,
+                body: &mut body,
+                rewritten_path: rewrite.path.as_deref(),
+                conn,
+            };
+            if let Err(refused) = ext_auth::check(spec, &conn.socket.shared, subject, timeout).await
+            {
+                return respond(refused, edits);
+            }
+            done = i + 1;
+        }
+    }
+    let decision = forwarding::decide_after(
         rule,
+        done,
+        rewrite,
         &RequestParts {
             method: &parts.method,
             host,
             path: parts.uri.path(),
             query: parts.uri.query(),
-            matched_prefix: route.matcher.path.replaceable_prefix(),
+            matched_prefix,
         },
         &mut parts.headers,
     );
@@ -493,7 +589,7 @@ async fn forward_with_retries(
     total: Option<Duration>,
     cluster: &ClusterState,
     endpoint: &Endpoint,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     taps: Taps,
     edits: ResponseEdits<'_>,
 ) -> Response<ResponseBody> {
@@ -586,8 +682,8 @@ fn strip_and_maybe_upgrade(
 
 /// Turns the client's request into the backend's: hop-by-hop fields out, forwarding fields in,
 /// Host/authority and path as rewritten, URI pointing at the endpoint.
-fn prepare_upstream(
-    req: &mut Request<Incoming>,
+fn prepare_upstream<B>(
+    req: &mut Request<B>,
     conn: &ConnContext,
     endpoint: &Endpoint,
     rewrite: Rewrite,

@@ -24,6 +24,7 @@ mod compile;
 mod conn;
 mod connect;
 mod cors;
+mod ext_auth;
 mod filters;
 mod forwarding;
 #[cfg(feature = "fuzzing")]

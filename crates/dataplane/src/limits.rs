@@ -182,14 +182,61 @@ enum Source {
     Replay(Option<bytes::Bytes>, Option<http::HeaderMap>),
 }
 
+/// A client's request body on the hyper path: as it arrives, or already read into memory (by
+/// an `ExternalAuth` filter that forwards the body to its server, see `ext_auth`).
+#[derive(Debug)]
+pub(crate) enum RequestBody {
+    Streaming(hyper::body::Incoming),
+    /// The whole body: its data (`None`: empty), then its trailers.
+    Buffered(Option<bytes::Bytes>, Option<http::HeaderMap>),
+}
+
+impl http_body::Body for RequestBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Streaming(body) => Pin::new(body).poll_frame(cx),
+            RequestBody::Buffered(data, trailers) => {
+                let frame = match data.take() {
+                    Some(data) => Some(http_body::Frame::data(data)),
+                    None => trailers.take().map(http_body::Frame::trailers),
+                };
+                Poll::Ready(frame.map(Ok))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Streaming(body) => body.is_end_stream(),
+            RequestBody::Buffered(data, trailers) => data.is_none() && trailers.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            RequestBody::Streaming(body) => body.size_hint(),
+            RequestBody::Buffered(data, _) => {
+                http_body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
+
 impl IdleBody {
-    pub(crate) fn new(
-        inner: hyper::body::Incoming,
-        limit: Duration,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub(crate) fn new(inner: RequestBody, limit: Duration, metrics: Arc<Metrics>) -> Self {
+        let inner = match inner {
+            RequestBody::Streaming(body) => Source::Client(body),
+            // In memory already: nothing left to stall.
+            RequestBody::Buffered(data, trailers) => Source::Replay(data, trailers),
+        };
         IdleBody {
-            inner: Source::Client(inner),
+            inner,
             stall: Stall::new(limit),
             limit,
             metrics,
@@ -250,6 +297,15 @@ impl http_body::Body for IdleBody {
                     Some(data) => Some(http_body::Frame::data(data)),
                     None => trailers.take().map(http_body::Frame::trailers),
                 };
+                // A body read ahead (by an ExternalAuth filter) still feeds its mirrors.
+                if let Some(taps) = this.taps.as_deref_mut() {
+                    if let Some(d) = frame.as_ref().and_then(|f| f.data_ref()) {
+                        taps.data(d);
+                    }
+                    if data.is_none() && trailers.is_none() {
+                        taps.end();
+                    }
+                }
                 return Poll::Ready(frame.map(Ok));
             }
         };

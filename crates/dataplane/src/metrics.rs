@@ -214,6 +214,7 @@ pub struct Metrics {
     pub(crate) udp_bytes: Family<DirectionLabels, Counter>,
     pub(crate) l4_errors: Family<L4ErrorLabels, Counter>,
     pub(crate) mirror_requests: Family<MirrorLabels, Counter>,
+    pub(crate) auth_checks: Family<MirrorLabels, Counter>,
     pub(crate) worker_stalls: WorkerStalls,
 }
 
@@ -257,6 +258,34 @@ impl MirrorMetrics {
             ok: counter("ok"),
             error: counter("error"),
             dropped: counter("dropped"),
+        }
+    }
+}
+
+/// What became of the checks of one `ExternalAuth` server, resolved at compile time
+/// (`gatehouse_external_auth_checks_total{cluster, result}`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AuthMetrics {
+    /// The server allowed the request.
+    pub allowed: Counter,
+    /// The server refused it (its answer went to the client).
+    pub denied: Counter,
+    /// The server could not be asked or did not answer usably: the request was refused.
+    pub error: Counter,
+}
+
+impl AuthMetrics {
+    pub(crate) fn new(metrics: &Metrics, cluster: &Arc<str>) -> Self {
+        let counter = |result| {
+            metrics.auth_checks.get_or_create_owned(&MirrorLabels {
+                cluster: cluster.clone(),
+                result,
+            })
+        };
+        AuthMetrics {
+            allowed: counter("allowed"),
+            denied: counter("denied"),
+            error: counter("error"),
         }
     }
 }
@@ -322,6 +351,7 @@ impl Metrics {
             udp_bytes: Family::default(),
             l4_errors: Family::default(),
             mirror_requests: Family::default(),
+            auth_checks: Family::default(),
             worker_stalls: WorkerStalls::default(),
         };
         for protocol in ["tcp", "udp"] {
@@ -394,6 +424,11 @@ impl Metrics {
             "gatehouse_mirror_requests",
             "Mirror copies of requests (RequestMirror), by mirror cluster and result: ok (answered, response discarded), error, dropped (the mirror could not keep up)",
             metrics.mirror_requests.clone(),
+        );
+        registry.register(
+            "gatehouse_external_auth_checks",
+            "ExternalAuth checks, by authorization server cluster and result: allowed, denied (the server's answer went to the client), error (the server could not be asked or answered unusably; the request was refused)",
+            metrics.auth_checks.clone(),
         );
         registry.register(
             "gatehouse_timeouts",

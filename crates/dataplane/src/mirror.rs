@@ -180,7 +180,7 @@ pub(crate) fn any(filters: &[Filter]) -> bool {
 pub(crate) fn start<'f>(
     shared: &Arc<Shared>,
     filters: impl Iterator<Item = &'f Filter>,
-    req: &Request<hyper::body::Incoming>,
+    req: &Request<impl Body>,
     timeout: Option<Duration>,
 ) -> Taps {
     let mut taps = Taps::default();

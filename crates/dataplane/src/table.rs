@@ -60,6 +60,9 @@ pub(crate) struct SocketTable {
     /// Metrics for requests no listener takes. The gateway label is the socket's gateway when
     /// only one gateway listens here, empty otherwise.
     pub unmatched: RouteMetrics,
+    /// Some listener here has pre-routing filters: the HTTP/1 path looks the request's
+    /// listener up to hand such requests over (one flag read for every other socket).
+    pub pre_routing: bool,
 }
 
 #[derive(Debug)]
@@ -76,6 +79,8 @@ pub(crate) struct CompiledListener {
     pub l4_route: Option<Arc<crate::l4::L4Route>>,
     /// `gatehouse_tls_handshakes_total` of this listener.
     pub handshakes: Counter,
+    /// Pre-routing filters (`ExternalAuth` only), in order; run on the hyper path.
+    pub filters: Box<[Filter]>,
 }
 
 /// What a listener does with a connection.
@@ -122,6 +127,9 @@ pub(crate) struct CompiledRule {
     /// A `RequestMirror` filter is among the rule's or its backends' filters: its requests are
     /// served on the hyper path (see `mirror`).
     pub mirrored: bool,
+    /// An `ExternalAuth` filter is among the rule's filters: its requests are served on the
+    /// hyper path, which awaits the check (see `ext_auth`).
+    pub authorized: bool,
     pub backends: Weighted<Backend>,
     /// Until response headers: the tighter of the rule's request and backend-request timeouts,
     /// or the default.

@@ -405,23 +405,64 @@ async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
     running.stop().await;
 }
 
-/// Experimental fields are read, not fatal: an HTTPRoute with an `ExternalAuth` filter (valid
-/// under the experimental CRDs `cluster/up` installs) once failed the whole HTTPRoute list to
-/// deserialize, so no route was read and readiness never came. Now that rule is refused in
-/// the route's status, and the route beside it serves.
+/// An HTTP authorization server inside the test process: `Bearer good` is allowed (and gets
+/// `x-user: alice`), anything else a 401.
+async fn auth_server(addr: SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = tcp.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
+                        head.drain(..end + 4);
+                        let answer = if text.contains("\r\nauthorization: bearer good") {
+                            "HTTP/1.1 200 OK\r\nx-user: alice\r\ncontent-length: 0\r\n\r\n"
+                        } else {
+                            "HTTP/1.1 401 Unauthorized\r\ncontent-length: 7\r\n\r\ndenied\n"
+                        };
+                        if tcp.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// ExternalAuth through the API server, at a rule and at a listener (GatewayListenerFilters),
+/// both experimental fields under the CRDs `cluster/up` installs. (An HTTPRoute with this
+/// filter once failed the whole HTTPRoute list to deserialize, so no route was read and
+/// readiness never came.) Requests without the credentials the server wants are refused, the
+/// others reach the backend with the server's header; deleting the server's Service makes
+/// the listener say so and refuse everything (fail closed), and the route beside them serves
+/// throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_experimental_filter_refuses_its_rule_and_stops_nothing_else() {
+async fn external_auth_guards_a_rule_and_a_listener_and_fails_closed() {
     if kubeconfig().is_none() {
         return;
     }
     let env = Env::new();
     let mut host = TestHost::new();
     let a = host.echo(9006, "a").await;
+    let auth = SocketAddr::from((host.host_ip, 9012));
+    auth_server(auth).await;
     env.base_objects();
     env.service("svc", &[a]);
+    env.service("auth", &[auth]);
+    let guarded_port = free_port();
     apply(&format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: authed, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{HOST}]\n  rules:\n  - matches: [{{path: {{value: /authed}}}}]\n    filters: [{{type: ExternalAuth, externalAuth: {{protocol: HTTP, backendRef: {{name: svc, port: 80}}, http: {{}}}}}}]\n    backendRefs: [{{name: svc, port: 80}}]\n",
-        ns = env.ns
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: authed, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{HOST}]\n  rules:\n  - matches: [{{path: {{value: /authed}}}}]\n    filters: [{{type: ExternalAuth, externalAuth: {{protocol: HTTP, backendRef: {{name: auth, port: 80}}, http: {{}}}}}}]\n    backendRefs: [{{name: svc, port: 80}}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: guarded, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners:\n  - name: web\n    port: {guarded_port}\n    protocol: HTTP\n    filters:\n      requests:\n      - type: ExternalAuth\n        externalAuth: {{protocol: HTTP, backendRef: {{name: auth, port: 80}}, http: {{}}}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: behind, namespace: {ns}}}\nspec:\n  parentRefs: [{{name: guarded}}]\n  rules: [{{backendRefs: [{{name: svc, port: 80}}]}}]\n",
+        ns = env.ns,
+        class = env.class,
     ));
     env.route("plain", "/plain", "svc");
     let running = start(env.options("127.0.0.1", None), kube_client().await)
@@ -434,24 +475,72 @@ async fn an_experimental_filter_refuses_its_rule_and_stops_nothing_else() {
         || async { answer(&c, &env.url("127.0.0.1", "/plain")).await.0 == 200 },
     )
     .await;
+    let with_token = |u: String| c.get(u).header("authorization", "Bearer good").send();
     eventually(
-        "the ExternalAuth rule is refused in status",
+        "the rule's check refuses, then allows with the token",
         Duration::from_secs(20),
         || async {
-            env.condition(
-                "httproute",
-                "authed",
-                &["status", "parents", "0", "conditions"],
-                "Accepted",
-            ) == tt("False", "UnsupportedValue")
+            let denied = answer(&c, &env.url("127.0.0.1", "/authed")).await.0 == 401;
+            let allowed = with_token(env.url("127.0.0.1", "/authed"))
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            denied && allowed
         },
     )
     .await;
-    assert_ne!(
-        answer(&c, &env.url("127.0.0.1", "/authed")).await.0,
-        200,
-        "a rule whose authorization cannot be checked is not served"
+    let behind = url(guarded_port, "/anything");
+    eventually(
+        "the listener's check runs before routing",
+        Duration::from_secs(20),
+        || async {
+            let Ok(resp) = with_token(behind.clone()).await else {
+                return false;
+            };
+            resp.status() == 200
+                && resp.json::<serde_json::Value>().await.unwrap()["headers"]["x-user"][0]
+                    == "alice"
+        },
+    )
+    .await;
+    assert_eq!(answer(&c, &behind).await.0, 401);
+    assert_eq!(
+        env.condition(
+            "httproute",
+            "authed",
+            &["status", "parents", "0", "conditions"],
+            "Accepted"
+        ),
+        tt("True", "Accepted")
     );
+    let listener_refs = || {
+        env.condition(
+            "gateway",
+            "guarded",
+            &["status", "listeners", "0", "conditions"],
+            "ResolvedRefs",
+        )
+    };
+    assert_eq!(listener_refs(), tt("True", "ResolvedRefs"));
+
+    // The server's Service goes away: the listener says so and refuses, never lets through.
+    kubectl(&["-n", &env.ns, "delete", "service", "auth"], None);
+    eventually(
+        "the listener reports its missing server",
+        Duration::from_secs(20),
+        || async { listener_refs() == tt("False", "BackendNotFound") },
+    )
+    .await;
+    eventually(
+        "requests behind the listener are refused",
+        Duration::from_secs(20),
+        || async {
+            with_token(behind.clone())
+                .await
+                .is_ok_and(|r| r.status() == 500)
+        },
+    )
+    .await;
+    assert_eq!(answer(&c, &env.url("127.0.0.1", "/plain")).await.0, 200);
     running.stop().await;
 }
 

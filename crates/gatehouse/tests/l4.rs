@@ -156,30 +156,6 @@ async fn udp_ask(port: u16, payload: &str) -> Option<String> {
     udp_from(&client, port, payload).await
 }
 
-/// (status, reason, message) of listener `name`'s `type_` condition.
-fn listener_condition(status: &Value, name: &str, type_: &str) -> (String, String, String) {
-    let gw = status["objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["kind"] == "Gateway")
-        .unwrap();
-    let l = gw["status"]["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == name)
-        .unwrap();
-    let c = l["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    (s("status"), s("reason"), s("message"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_and_udp_routes_serve_from_manifests_and_follow_edits() {
     let (db_a, db_b, dns) = (

@@ -125,6 +125,11 @@ pub struct Listener {
     /// the routes attached; `None` while none is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l4_route: Option<L4Route>,
+    /// HTTP and HTTPS listeners: pre-routing filters (GatewayListenerFilters), run in order on
+    /// every request the listener takes, before route matching. Only
+    /// [`HttpFilter::ExternalAuth`] appears here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<HttpFilter>,
 }
 
 impl Listener {
@@ -274,6 +279,42 @@ pub enum HttpFilter {
     Mirror(Mirror),
     /// `CORS`: preflights answered by the gateway, CORS response fields on the rest.
     Cors(Cors),
+    /// `ExternalAuth`: an authorization server decides whether the request goes on.
+    ExternalAuth(ExternalAuth),
+}
+
+/// An `ExternalAuth` filter. A request goes on only when the server allows it; a server that
+/// cannot be asked (invalid target, no endpoints, error, timeout) refuses it (fail closed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalAuth {
+    /// The authorization server: a cluster (HTTP/2 for [`AuthProtocol::Grpc`]), or a
+    /// backendRef that cannot be used, whose requests are all refused.
+    pub target: BackendTarget,
+    pub protocol: AuthProtocol,
+    /// `forwardBody.maxSize`: up to this many bytes of the request body are buffered and sent
+    /// with the check; a longer body is refused (413). 0: no body is sent.
+    #[serde(default)]
+    pub forward_body: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthProtocol {
+    /// The request's method, path (after `path_prefix`) and some headers go to the server;
+    /// a 2xx allows.
+    Http {
+        /// Prepended to the request's path; "" or a path without a trailing `/`.
+        path_prefix: String,
+        /// Lower-case names of headers sent besides Host, Authorization and Content-Length.
+        allowed_headers: Vec<String>,
+        /// Lower-case names of the allow response's headers copied onto the request; empty:
+        /// all but Host and the response's own framing.
+        allowed_response_headers: Vec<String>,
+    },
+    /// Envoy's `envoy.service.auth.v3.Authorization/Check`.
+    Grpc {
+        /// Lower-case names of the headers sent; empty: all.
+        allowed_headers: Vec<String>,
+    },
 }
 
 /// A mirror whose backend resolved (translate leaves out mirrors whose backendRef does not).
@@ -305,8 +346,8 @@ pub struct Cors {
 }
 
 impl HttpRule {
-    /// The clusters this rule can send requests to: its backends' and its mirrors' (the rule's
-    /// and its backends' `RequestMirror` filters).
+    /// The clusters this rule can send requests to: its backends', its mirrors' and its
+    /// authorization servers' (the rule's and its backends' filters).
     pub fn clusters(&self) -> impl Iterator<Item = &str> {
         let backends = self.backends.iter().filter_map(|b| match &b.target {
             BackendTarget::Cluster(name) => Some(name.as_str()),
@@ -316,11 +357,21 @@ impl HttpRule {
             .filters
             .iter()
             .chain(self.backends.iter().flat_map(|b| &b.filters));
-        let mirrors = filters.filter_map(|f| match f {
+        backends.chain(filters.filter_map(HttpFilter::cluster))
+    }
+}
+
+impl HttpFilter {
+    /// The cluster a filter sends requests to: a mirror's, an authorization server's.
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
             HttpFilter::Mirror(m) => Some(m.cluster.as_str()),
+            HttpFilter::ExternalAuth(ExternalAuth {
+                target: BackendTarget::Cluster(name),
+                ..
+            }) => Some(name.as_str()),
             _ => None,
-        });
-        backends.chain(mirrors)
+        }
     }
 }
 

@@ -20,7 +20,8 @@ impl Config {
         for l in &mut gateway.listeners {
             l.address = bind;
         }
-        // HTTP rules reach their backends' clusters and their mirrors'.
+        // HTTP rules reach their backends' clusters, their mirrors' and their authorization
+        // servers'; listeners their pre-routing filters' servers.
         let clusters: BTreeSet<&str> = gateway
             .listeners
             .iter()
@@ -31,7 +32,12 @@ impl Config {
                     BackendTarget::Cluster(name) => Some(name.as_str()),
                     BackendTarget::Invalid { .. } => None,
                 });
-                l.rules.iter().flat_map(HttpRule::clusters).chain(stream)
+                let pre_routing = l.filters.iter().filter_map(crate::HttpFilter::cluster);
+                l.rules
+                    .iter()
+                    .flat_map(HttpRule::clusters)
+                    .chain(stream)
+                    .chain(pre_routing)
             })
             .collect();
         let clusters: Vec<_> = self
@@ -112,6 +118,7 @@ mod tests {
             }),
             tls_routes: vec![],
             l4_route: None,
+            filters: vec![],
         }
     }
 

@@ -61,6 +61,7 @@ pub fn listener_base(
         tls: None,
         tls_routes: vec![],
         l4_route: None,
+        filters: vec![],
     }
 }
 

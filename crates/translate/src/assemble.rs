@@ -100,14 +100,7 @@ fn listener<'a>(
                         .iter_mut()
                         .chain(resolved.backends.iter_mut().flat_map(|b| &mut b.filters));
                     for f in filters {
-                        if let ir::HttpFilter::Mirror(m) = f {
-                            let mut target =
-                                ir::BackendTarget::Cluster(std::mem::take(&mut m.cluster));
-                            use_cluster(&mut target, client_cert, out, &gw.key);
-                            if let ir::BackendTarget::Cluster(name) = target {
-                                m.cluster = name;
-                            }
-                        }
+                        filter_cluster(f, client_cert, out, &gw.key);
                     }
                     rules.push(resolved);
                     for hostname in &a.hostnames {
@@ -162,6 +155,10 @@ fn listener<'a>(
             }
         }
     }
+    let mut filters = l.filters.clone();
+    for f in &mut filters {
+        filter_cluster(f, client_cert, out, &gw.key);
+    }
     ir::Listener {
         name: match l.set {
             None => l.name.clone(),
@@ -176,6 +173,7 @@ fn listener<'a>(
         tls: l.tls.clone(),
         tls_routes: tls_claims(tls_routes),
         l4_route,
+        filters,
     }
 }
 
@@ -216,6 +214,27 @@ fn tls_claims(routes: Vec<(ir::TlsRoute, Vec<Origin>)>) -> Vec<ir::TlsRoute> {
 }
 
 type Origin = (u8, std::cmp::Reverse<usize>);
+
+/// [`use_cluster`] for the cluster a filter sends requests to (a mirror's, an authorization
+/// server's).
+fn filter_cluster(
+    f: &mut ir::HttpFilter,
+    client_cert: Option<&str>,
+    out: &mut Assembled,
+    gateway: &ObjectKey,
+) {
+    match f {
+        ir::HttpFilter::Mirror(m) => {
+            let mut target = ir::BackendTarget::Cluster(std::mem::take(&mut m.cluster));
+            use_cluster(&mut target, client_cert, out, gateway);
+            if let ir::BackendTarget::Cluster(name) = target {
+                m.cluster = name;
+            }
+        }
+        ir::HttpFilter::ExternalAuth(a) => use_cluster(&mut a.target, client_cert, out, gateway),
+        _ => {}
+    }
+}
 
 /// Record that `gateway` uses the target cluster. A Gateway with a backend client certificate
 /// gets its own copy of each TLS cluster, presenting that certificate.

@@ -2,7 +2,8 @@
 
 use crate::conditions::{condition, names::*};
 use crate::generated::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatus,
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+    GatewayListenersFiltersRequests, GatewayListenersFiltersRequestsType, GatewayStatus,
     GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
 use crate::generated::listenersets::ListenerSet;
@@ -164,6 +165,11 @@ pub struct ListenerCtx {
     pub attached_routes: i32,
     /// HTTPS and TLS listeners whose references all resolved.
     pub tls: Option<ir::ListenerTls>,
+    /// `filters.requests` as written; [`resolve_filters`] makes [`ListenerCtx::filters`] of
+    /// them once backends can be resolved.
+    raw_filters: Vec<GatewayListenersFiltersRequests>,
+    /// Pre-routing filters, in order (only `ExternalAuth`).
+    pub filters: Vec<ir::HttpFilter>,
     conditions: ListenerConditions,
 }
 
@@ -173,6 +179,9 @@ struct ListenerConditions {
     /// Pre-routing filters Gatehouse cannot run (GatewayListenerFilters): the listener is not
     /// served, because its routes would see requests the filters were meant to stop.
     unsupported_filters: Option<String>,
+    /// The first backendRef of a pre-routing filter that cannot be used (its filter refuses
+    /// every request): (reason, message) for ResolvedRefs.
+    filter_ref: Option<(&'static str, String)>,
     invalid_kinds: Vec<String>,
     conflict: Option<&'static str>,
     /// A listener of an older Gateway already serves this address, port and hostname (or
@@ -584,6 +593,11 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
         unsupported_filters: unsupported_filters(l),
         ..Default::default()
     };
+    let raw_filters = l
+        .filters
+        .as_ref()
+        .and_then(|f| f.requests.clone())
+        .unwrap_or_default();
     let requested = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
     let kinds = match requested {
         None => supported
@@ -628,23 +642,106 @@ fn listener(l: &GatewayListeners, namespace: &str, set: Option<usize>) -> Listen
         set,
         attached_routes: 0,
         tls: None,
+        raw_filters,
+        filters: Vec::new(),
         conditions,
     }
 }
 
-/// Listener filters (ExternalAuth, ExtensionRef) run before routing; Gatehouse has neither an
-/// authorization client nor extensions yet. Ignoring them would serve every request the
-/// filters were there to refuse, so a listener that has any is not accepted.
+/// Listener filters run before routing. Gatehouse runs ExternalAuth (see [`resolve_filters`])
+/// and has no extensions; ignoring a filter would serve every request it was there to
+/// refuse, so a listener with one Gatehouse cannot run is not accepted. Filters see HTTP
+/// requests, so only HTTP and HTTPS listeners may have them.
 fn unsupported_filters(l: &GatewayListeners) -> Option<String> {
     let requests = l.filters.as_ref()?.requests.as_deref().unwrap_or_default();
     if requests.is_empty() {
         return None;
     }
-    let types: Vec<String> = requests.iter().map(|f| format!("{:?}", f.r#type)).collect();
+    if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+        return Some(format!(
+            "listener filters apply to HTTP requests; a {} listener has none to run them on",
+            l.protocol
+        ));
+    }
+    let unsupported: Vec<String> = requests
+        .iter()
+        .filter(|f| f.r#type != GatewayListenersFiltersRequestsType::ExternalAuth)
+        .map(|f| format!("{:?}", f.r#type))
+        .collect();
+    if unsupported.is_empty() {
+        return None;
+    }
     Some(format!(
-        "listener filters are not supported ({}): requests would reach routes without them",
-        types.join(", ")
+        "listener filters not supported by Gatehouse ({}): requests would reach routes without them",
+        unsupported.join(", ")
     ))
+}
+
+/// Makes the pre-routing filters of every listener whose filters are all supported, now that
+/// backendRefs can be resolved (from the Gateway's namespace, or the ListenerSet's, under
+/// ReferenceGrants to that kind). A filter whose backendRef cannot be used stays, with an
+/// invalid target that refuses every request, and the listener says why in ResolvedRefs.
+pub fn resolve_filters(gws: &mut [GatewayCtx], backends: &mut crate::backends::Backends) {
+    use crate::generated::gateways::GatewayListenersFiltersRequestsExternalAuthProtocol as Protocol;
+    for gw in gws.iter_mut() {
+        for l in gw.listeners.iter_mut() {
+            if l.raw_filters.is_empty() || l.conditions.unsupported_filters.is_some() {
+                continue;
+            }
+            let from = crate::refs::Referrer {
+                group: GATEWAY_GROUP,
+                kind: if l.set.is_some() {
+                    "ListenerSet"
+                } else {
+                    "Gateway"
+                },
+                namespace: &l.namespace,
+            };
+            let mut filters = Vec::new();
+            let mut problem = None;
+            for (i, f) in l.raw_filters.iter().enumerate() {
+                let Some(a) = f.external_auth.as_ref() else {
+                    l.conditions.unsupported_filters = Some(format!(
+                        "listener filter {i} (ExternalAuth) needs externalAuth"
+                    ));
+                    break;
+                };
+                let raw = crate::routes::http::external_auth::raw_external_auth!(a, Protocol);
+                let made = crate::routes::http::external_auth::filter(&raw, |b, h2| {
+                    let resolved = if h2 {
+                        backends.resolve_grpc(from, b)
+                    } else {
+                        backends.resolve(from, b)
+                    };
+                    let target = match resolved {
+                        Ok(cluster) => ir::BackendTarget::Cluster(cluster),
+                        Err(p) => {
+                            let target = ir::BackendTarget::Invalid {
+                                reason: p.message.clone(),
+                            };
+                            problem.get_or_insert((p.reason, p.message));
+                            target
+                        }
+                    };
+                    crate::routes::ResolvedBackend {
+                        target,
+                        policy_cluster: None,
+                    }
+                });
+                match made {
+                    Ok(filter) => filters.push(ir::HttpFilter::ExternalAuth(filter)),
+                    Err(why) => {
+                        l.conditions.unsupported_filters = Some(why);
+                        break;
+                    }
+                }
+            }
+            if l.conditions.unsupported_filters.is_none() {
+                l.filters = filters;
+                l.conditions.filter_ref = problem;
+            }
+        }
+    }
 }
 
 /// Listeners sharing a port must agree on the protocol family and have distinct hostnames;
@@ -972,6 +1069,14 @@ pub(crate) fn listener_status(
     }) = &c.tls_problem
     {
         condition(RESOLVED_REFS, false, reason, message.clone(), generation)
+    } else if let Some((reason, message)) = &c.filter_ref {
+        condition(
+            RESOLVED_REFS,
+            false,
+            reason,
+            format!("listener filter ExternalAuth: {message}; its requests are refused"),
+            generation,
+        )
     } else if c.invalid_kinds.is_empty() {
         condition(RESOLVED_REFS, true, RESOLVED_REFS, "Resolved", generation)
     } else {

@@ -48,7 +48,8 @@ pub const CONTROLLER_NAME: &str = "gatehouse.dev/gateway-controller";
 /// Features listed in GatewayClass status.supportedFeatures: only what passes the official
 /// conformance suite here (`make conformance`; conformance/reports/). The suite reads this list
 /// to decide what to test, so a feature that is listed but broken fails the run. A feature
-/// the suite names but has no test for yet (ClusterTrustBundle in v1.7.0) is listed once
+/// the suite names but has no test for yet (ClusterTrustBundle, GatewayListenerFilters in
+/// v1.7.0) is listed once
 /// Gatehouse's own tests cover it: translate fixtures and the controller test against a real
 /// API server (docs/architecture.md, "Features without conformance tests").
 pub const SUPPORTED_FEATURES: &[&str] = &[
@@ -61,6 +62,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
+    "GatewayListenerFilters",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
@@ -263,6 +265,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
         &input.backend_tls_policies,
         &refs,
     );
+    gateways::resolve_filters(&mut gws, &mut backends);
     let attached = routes::attach_all(
         input,
         &mut routes::AttachCtx {

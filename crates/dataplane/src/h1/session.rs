@@ -258,6 +258,15 @@ where
             .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| router::normalize_host(h, &mut host_buf))
             .unwrap_or("");
+        // A listener's pre-routing filters await an authorization server: the hyper path runs
+        // them (one flag read on every socket without any).
+        if table.pre_routing
+            && conn
+                .listener(&table, host)
+                .is_some_and(|l| !l.filters.is_empty())
+        {
+            return Next::Handoff;
+        }
         let metrics = &conn.socket.shared.metrics;
         let routed = conn.route(
             &table,
@@ -291,9 +300,9 @@ where
             }
         };
         let rule = &listener.rules[route.rule];
-        if rule.mirrored || rule.retry.is_some() {
-            // Mirrors copy the request body frame by frame, and retries replay requests: the
-            // hyper path does both.
+        if rule.mirrored || rule.retry.is_some() || rule.authorized {
+            // Mirrors copy the request body frame by frame, retries replay requests, and
+            // ExternalAuth checks are awaited: the hyper path does all three.
             return Next::Handoff;
         }
         let (next, status) = self.forward(len, rule, route, host, draining, start).await;

@@ -214,3 +214,32 @@ pub async fn metrics_text(admin: SocketAddr) -> String {
         .await
         .unwrap()
 }
+
+/// (status, reason, message) of listener `name`'s `type_` condition, in the admin `/status`
+/// of a standalone gateway.
+pub fn listener_condition(
+    status: &serde_json::Value,
+    name: &str,
+    type_: &str,
+) -> (String, String, String) {
+    let gw = status["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "Gateway")
+        .unwrap();
+    let l = gw["status"]["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap();
+    let c = l["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"), s("message"))
+}

@@ -201,6 +201,17 @@ impl RuleCtx<'_, '_> {
         self.resolved(resolved)
     }
 
+    /// Resolves the backendRef of an `ExternalAuth` filter: over HTTP/2 for the gRPC protocol
+    /// (`h2`), as the Service port says otherwise; problems are recorded as for a backend.
+    pub fn auth_backend(&mut self, r: &BackendRef<'_>, h2: bool) -> ResolvedBackend {
+        let resolved = if h2 {
+            self.backends.resolve_grpc(self.referrer, r)
+        } else {
+            self.backends.resolve(self.referrer, r)
+        };
+        self.resolved(resolved)
+    }
+
     /// Resolves a backendRef of a TCPRoute or UDPRoute to a Service port of `transport`
     /// (see [`Backends::resolve_l4`]), recording problems as [`RuleCtx::backend`] does.
     pub fn l4_backend(

@@ -34,7 +34,7 @@ pub(crate) use header_modifier_of;
 /// rewrite paths). `None`: a mirror whose backendRef does not resolve, left out of the rule
 /// (the context records the problem for ResolvedRefs).
 macro_rules! filter_from {
-    ($name:ident, $filter:ty, $kind:ident, $redirect_path:ident, $rewrite_path:ident, $scheme:ident) => {
+    ($name:ident, $filter:ty, $kind:ident, $redirect_path:ident, $rewrite_path:ident, $scheme:ident, $auth_protocol:ident) => {
         pub fn $name(
             f: &$filter,
             ctx: &mut $crate::routes::RuleCtx<'_, '_>,
@@ -98,10 +98,19 @@ macro_rules! filter_from {
                 $kind::ExtensionRef => {
                     return Err($crate::routes::http::filters::unsupported("ExtensionRef"))
                 }
-                // Experimental in v1.7.0. Gatehouse has no authorization client: the rule is
-                // refused, never served without the check.
                 $kind::ExternalAuth => {
-                    return Err($crate::routes::http::filters::unsupported("ExternalAuth"))
+                    let Some(a) = f.external_auth.as_ref() else {
+                        return Err("ExternalAuth needs externalAuth".into());
+                    };
+                    let raw =
+                        $crate::routes::http::external_auth::raw_external_auth!(a, $auth_protocol);
+                    $crate::routes::http::FilterTemplate::Ready(
+                        gatehouse_ir::HttpFilter::ExternalAuth(
+                            $crate::routes::http::external_auth::filter(&raw, |b, h2| {
+                                ctx.auth_backend(b, h2)
+                            })?,
+                        ),
+                    )
                 }
                 $kind::Cors => {
                     let Some(c) = f.cors.as_ref() else {
@@ -295,7 +304,8 @@ mod generated {
         HttpRouteRulesFiltersType,
         HttpRouteRulesFiltersRequestRedirectPathType,
         HttpRouteRulesFiltersUrlRewritePathType,
-        HttpRouteRulesFiltersRequestRedirectScheme
+        HttpRouteRulesFiltersRequestRedirectScheme,
+        HttpRouteRulesFiltersExternalAuthProtocol
     );
     filter_from!(
         backend_filter,
@@ -303,7 +313,8 @@ mod generated {
         HttpRouteRulesBackendRefsFiltersType,
         HttpRouteRulesBackendRefsFiltersRequestRedirectPathType,
         HttpRouteRulesBackendRefsFiltersUrlRewritePathType,
-        HttpRouteRulesBackendRefsFiltersRequestRedirectScheme
+        HttpRouteRulesBackendRefsFiltersRequestRedirectScheme,
+        HttpRouteRulesBackendRefsFiltersExternalAuthProtocol
     );
 }
 pub use generated::{backend_filter, rule_filter};

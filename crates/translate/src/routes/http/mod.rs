@@ -1,6 +1,7 @@
 //! HTTPRoute: rules to listener-independent templates (matches, filters, backends, timeouts).
 
 mod cors;
+pub mod external_auth;
 pub(crate) mod filters;
 pub(crate) mod matches;
 mod retry;
@@ -13,8 +14,8 @@ use super::{
 };
 use crate::backends::backend_ref_of;
 use crate::generated::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteStatus,
-    HttpRouteStatusParentsParentRef,
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefsFiltersType,
+    HttpRouteStatus, HttpRouteStatusParentsParentRef,
 };
 use crate::kinds::Finding;
 use gatehouse_ir as ir;
@@ -97,6 +98,15 @@ fn rule(
     for b in r.backend_refs.iter().flatten() {
         let mut backend_filters = Vec::new();
         for f in b.filters.iter().flatten() {
+            // An authorization check decides whether a request goes anywhere, so it belongs
+            // before the backend is picked; the data plane runs it there only.
+            if f.r#type == HttpRouteRulesBackendRefsFiltersType::ExternalAuth {
+                return Err(
+                    "ExternalAuth is supported in a rule's filters (and a listener's), \
+                     not in a backendRef's"
+                        .into(),
+                );
+            }
             backend_filters.extend(filters::backend_filter(f, ctx)?);
         }
         filters::check_exclusive(&backend_filters)?;
