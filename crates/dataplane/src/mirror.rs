@@ -7,7 +7,9 @@
 //! - a request body is copied frame by frame as the real request's body is read (the frames
 //!   are reference-counted `Bytes`, so a copy costs no memcpy) into a buffer of at most
 //!   [`MIRROR_BUFFER`] bytes per mirror. A mirror that falls that far behind is abandoned
-//!   (its request is aborted, never sent short), and the real body keeps flowing;
+//!   at once (its request is aborted, never sent short, and its task ends even while its
+//!   connection is blocked writing to a backend that does not read), and the real body keeps
+//!   flowing;
 //! - at most [`MAX_IN_FLIGHT`] mirror requests run at once per data plane; beyond that new
 //!   mirror copies are dropped, so a slow mirror backend cannot pile up tasks and memory;
 //! - a mirror exchange (its response body included) is bounded by the rule's timeout, or
@@ -79,6 +81,9 @@ struct TapState {
     complete: AtomicBool,
     /// The copy was abandoned because it fell [`MIRROR_BUFFER`] behind.
     overflowed: AtomicBool,
+    /// Notified when it was: the mirror's request ends then, even while its client is blocked
+    /// writing to a backend that does not read (and so never polls the body to see it fail).
+    abandoned: tokio::sync::Notify,
 }
 
 impl Taps {
@@ -88,6 +93,7 @@ impl Taps {
             let queued = tap.state.queued.load(Ordering::Acquire);
             if queued + data.len() > MIRROR_BUFFER {
                 tap.state.overflowed.store(true, Ordering::Release);
+                tap.state.abandoned.notify_one();
                 return false;
             }
             tap.state.queued.fetch_add(data.len(), Ordering::AcqRel);
@@ -228,6 +234,10 @@ pub(crate) fn start<'f>(
                 tokio::time::timeout(limit, exchange(&in_flight.0, &cluster, head, body));
             let result = tokio::select! {
                 r = exchange => r,
+                () = state.abandoned.notified() => {
+                    metrics.dropped.inc();
+                    return;
+                }
                 () = kill.cancelled() => return,
             };
             match result {
@@ -381,6 +391,10 @@ mod tests {
         taps.data(&chunk);
         assert!(taps.is_empty(), "one byte more and the copy is dropped");
         assert!(body.state.overflowed.load(Ordering::Acquire));
+        // The mirror's task is told at once, not when its client next polls the body.
+        tokio::time::timeout(Duration::from_secs(1), body.state.abandoned.notified())
+            .await
+            .expect("the mirror's task is woken");
         taps.end();
         // What was buffered drains, then the copy fails rather than ending short.
         assert!(body.collect().await.is_err());
