@@ -120,8 +120,8 @@ impl<S: Source> Reconciler<S> {
         // The source's connectivity is sampled once a second for readiness and metrics;
         // a change of it alone needs no new configuration.
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        // The earliest start of the next pass: see `pace`.
-        let mut next_pass = Instant::now();
+        // How much pass time the loop may spend before it is paced: see `PassBudget`.
+        let mut budget = PassBudget::new(Instant::now());
         loop {
             let source = self.source.as_mut().expect("held between passes");
             let status = self.status.as_mut();
@@ -135,13 +135,16 @@ impl<S: Source> Reconciler<S> {
             };
             self.update_connected();
             if work {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep_until(next_pass.into()) => {}
+                let pause = budget.pause(Instant::now());
+                if !pause.is_zero() {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
                 }
                 let started = Instant::now();
                 self.reconcile().await;
-                next_pass = Instant::now() + pace(started.elapsed());
+                budget.spend(started.elapsed(), Instant::now());
             }
         }
         if let Some(sink) = self.status.take() {
@@ -242,18 +245,61 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The longest pause `pace` puts between two passes.
-const MAX_PACE: Duration = Duration::from_millis(100);
+/// Pacing of passes by their own cost. A pass translates the whole snapshot, so during a
+/// burst of changes (1000 routes created at once, each followed by our own status write's
+/// event) a loop that starts a pass for every event spends a core on translations a few
+/// objects apart, and takes it from the API server the burst is going through. The loop may
+/// spend [`PassBudget::BURST`] of pass time at once; beyond that it is held to
+/// [`PassBudget::SHARE`] of one core, by pausing before a pass until the budget is back to
+/// zero, and each paced pass takes in everything that arrived meanwhile. Changes made one at
+/// a time (an edit, then another once the first serves) never wait: the allowance covers
+/// them, and comes back at half of wall time while the loop is idle. Budgeting time rather
+/// than counting passes keeps the pause right whether a pass takes 1 ms or 300 ms.
+#[derive(Clone, Copy, Debug)]
+struct PassBudget {
+    /// Pass time the loop may still spend at once, in seconds; negative is a debt.
+    credit: f64,
+    /// When `credit` was last brought up to date.
+    updated: Instant,
+}
 
-/// How long after a pass that took `took` the next may start. A pass translates the whole
-/// snapshot, so during a burst of changes (1000 routes created at once, each followed by our
-/// own status write's event) a loop that starts a pass for every event spends a core on
-/// translations a few objects apart, and takes it from the API server the burst is going
-/// through. Waiting as long as the last pass took keeps translation at no more than half of
-/// a core while events keep coming, and lets each pass take in everything that arrived
-/// meanwhile; a change after a quiet moment starts at once (the pause is long over).
-fn pace(took: Duration) -> Duration {
-    took.min(MAX_PACE)
+impl PassBudget {
+    /// Pass time that may be spent back to back before pacing starts.
+    const BURST: Duration = Duration::from_secs(1);
+    /// The share of one core passes may take while changes keep coming.
+    const SHARE: f64 = 0.5;
+    /// The longest pause before one pass, so a change is never held longer whatever a pass
+    /// cost.
+    const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+    fn new(now: Instant) -> Self {
+        PassBudget {
+            credit: Self::BURST.as_secs_f64(),
+            updated: now,
+        }
+    }
+
+    /// Credit comes back at `SHARE` of the time that passed, up to `BURST`.
+    fn refill(&mut self, now: Instant) {
+        let passed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.credit = (self.credit + passed * Self::SHARE).min(Self::BURST.as_secs_f64());
+        self.updated = now;
+    }
+
+    /// How long to wait before the next pass may start.
+    fn pause(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        if self.credit >= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(-self.credit / Self::SHARE).min(Self::MAX_PAUSE)
+    }
+
+    /// A pass that took `took` ended at `now`.
+    fn spend(&mut self, took: Duration, now: Instant) {
+        self.refill(now);
+        self.credit -= took.as_secs_f64();
+    }
 }
 
 /// Applies a translated configuration to the data plane (only if it changed) and publishes
@@ -354,4 +400,88 @@ async fn publish(
         .inc();
     state.set_generation(generation);
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PassBudget;
+    use std::time::{Duration, Instant};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Runs passes of `took` back to back, each after the pause the budget asks for, and
+    /// returns the pauses.
+    fn back_to_back(
+        budget: &mut PassBudget,
+        now: &mut Instant,
+        took: Duration,
+        passes: usize,
+    ) -> Vec<Duration> {
+        (0..passes)
+            .map(|_| {
+                let pause = budget.pause(*now);
+                *now += pause + took;
+                budget.spend(took, *now);
+                pause
+            })
+            .collect()
+    }
+
+    #[test]
+    fn changes_one_at_a_time_never_wait() {
+        let mut now = Instant::now();
+        let mut budget = PassBudget::new(now);
+        // 100 passes of 85 ms, each change 100 ms after the last pass ended: the loop is
+        // busy less than half of the time, so the budget never runs out.
+        for _ in 0..100 {
+            assert_eq!(budget.pause(now), Duration::ZERO);
+            now += 85 * MS;
+            budget.spend(85 * MS, now);
+            now += 100 * MS;
+        }
+    }
+
+    #[test]
+    fn a_burst_runs_at_once_then_is_held_to_half_a_core() {
+        let mut now = Instant::now();
+        let start = now;
+        let mut budget = PassBudget::new(now);
+        let pauses = back_to_back(&mut budget, &mut now, 100 * MS, 200);
+        // The first second of pass time costs half of it (the credit comes back while the
+        // passes run), so about 20 passes of 100 ms run without a pause.
+        let unpaused = pauses.iter().take_while(|p| p.is_zero()).count();
+        assert!(
+            (18..=21).contains(&unpaused),
+            "{unpaused} passes before the first pause"
+        );
+        // Then each pass waits about as long as it took: half a core.
+        for pause in &pauses[30..] {
+            assert!(pause.abs_diff(100 * MS) <= MS, "pause {pause:?}");
+        }
+        let busy = 200.0 * 0.1;
+        let share = busy / now.duration_since(start).as_secs_f64();
+        assert!(
+            (0.5..0.55).contains(&share),
+            "passes took {share} of the time"
+        );
+    }
+
+    #[test]
+    fn the_budget_comes_back_while_idle_and_a_pause_is_bounded() {
+        let mut now = Instant::now();
+        let mut budget = PassBudget::new(now);
+        // One pass far beyond the budget: the next waits at most MAX_PAUSE.
+        now += Duration::from_secs(10);
+        budget.spend(Duration::from_secs(10), now);
+        assert_eq!(budget.pause(now), PassBudget::MAX_PAUSE);
+        // A quiet spell refills it to a full burst, no more.
+        now += Duration::from_secs(60);
+        assert_eq!(budget.pause(now), Duration::ZERO);
+        let pauses = back_to_back(&mut budget, &mut now, 100 * MS, 25);
+        let unpaused = pauses.iter().take_while(|p| p.is_zero()).count();
+        assert!(
+            (18..=21).contains(&unpaused),
+            "{unpaused} passes before the first pause"
+        );
+    }
 }
