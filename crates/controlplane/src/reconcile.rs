@@ -144,7 +144,8 @@ impl<S: Source> Reconciler<S> {
                 }
                 let started = Instant::now();
                 self.reconcile().await;
-                budget.spend(started.elapsed(), Instant::now());
+                let ended = Instant::now();
+                budget.spend(ended - started, ended);
             }
         }
         if let Some(sink) = self.status.take() {
@@ -255,7 +256,7 @@ fn ms(d: Duration) -> f64 {
 /// a time (an edit, then another once the first serves) never wait: the allowance covers
 /// them, and comes back at half of wall time while the loop is idle. Budgeting time rather
 /// than counting passes keeps the pause right whether a pass takes 1 ms or 300 ms.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct PassBudget {
     /// Pass time the loop may still spend at once, in seconds; negative is a debt.
     credit: f64,
