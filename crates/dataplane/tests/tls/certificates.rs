@@ -243,7 +243,10 @@ async fn broken_certificates_only_affect_their_listeners() {
             "{name}: {err}"
         );
     }
-    assert_eq!(failures(&registry, "no_certificate"), 3.0);
+    assert_eq!(
+        failures_reaching(&registry, "no_certificate", 3.0).await,
+        3.0
+    );
     let answer = https_get(port, "good.example.com", &client, "/")
         .await
         .unwrap();

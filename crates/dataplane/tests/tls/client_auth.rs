@@ -50,7 +50,10 @@ async fn client_certificates_are_validated() {
         refused.is_err(),
         "served with an untrusted client certificate: {refused:?}"
     );
-    assert_eq!(failures(&registry, "bad_client_certificate"), 2.0);
+    assert_eq!(
+        failures_reaching(&registry, "bad_client_certificate", 2.0).await,
+        2.0
+    );
 
     // AllowInsecureFallback: served without a certificate, with a valid one, and with one
     // from an unknown CA (the mode's point: validation is reported, not enforced).

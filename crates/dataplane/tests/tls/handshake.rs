@@ -161,7 +161,7 @@ async fn tls_1_1_is_rejected_1_2_and_1_3_accepted() {
         "TLS 1.1 handshake succeeded: {stderr}"
     );
     assert_eq!(
-        failures(&registry, "protocol_version"),
+        failures_reaching(&registry, "protocol_version", 1.0).await,
         1.0,
         "the server did not see a TLS 1.1 ClientHello: {stderr}\n{}",
         metrics_text(&registry)
@@ -281,7 +281,7 @@ async fn plaintext_and_slow_clients_on_a_tls_port_are_cut_off() {
         .unwrap()
         .unwrap();
     assert!(out.first().is_none_or(|&b| b == 0x15), "{out:?}");
-    assert_eq!(failures(&registry, "other"), 1.0);
+    assert_eq!(failures_reaching(&registry, "other", 1.0).await, 1.0);
 
     // Half a ClientHello, then silence: closed after the handshake timeout.
     let mut slow = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -293,7 +293,7 @@ async fn plaintext_and_slow_clients_on_a_tls_port_are_cut_off() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(failures(&registry, "timeout"), 1.0);
+    assert_eq!(failures_reaching(&registry, "timeout", 1.0).await, 1.0);
 
     // A connection that says nothing and leaves is not a failed handshake.
     drop(TcpStream::connect(("127.0.0.1", port)).await.unwrap());
@@ -305,6 +305,6 @@ async fn plaintext_and_slow_clients_on_a_tls_port_are_cut_off() {
             .status,
         200
     );
-    assert_eq!(failures(&registry, "other"), 1.0);
+    assert_eq!(failures_reaching(&registry, "other", 1.0).await, 1.0);
     dp.shutdown(Duration::from_secs(1)).await;
 }

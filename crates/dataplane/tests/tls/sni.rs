@@ -60,7 +60,10 @@ async fn sni_selects_among_64_https_listeners() {
         ),
         "{err:?}"
     );
-    assert_eq!(failures(&registry, "no_certificate"), 1.0);
+    assert_eq!(
+        failures_reaching(&registry, "no_certificate", 1.0).await,
+        1.0
+    );
     assert_eq!(
         metric(
             &registry,

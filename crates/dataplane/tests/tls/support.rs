@@ -197,6 +197,20 @@ pub fn failures(registry: &Registry, reason: &str) -> f64 {
     )
 }
 
+/// The count of failed handshakes for `reason` once it reaches `expected`, or whatever it is
+/// after two seconds. The server counts a failure after it has sent its alert, so a client can
+/// see the refusal a moment before the counter moves; asserting at once is a race.
+pub async fn failures_reaching(registry: &Registry, reason: &str, expected: f64) -> f64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let seen = failures(registry, reason);
+        if seen == expected || std::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Clients
 

@@ -40,7 +40,7 @@ async fn passthrough_reaches_a_tls_backend_untouched() {
     }
     // No TLSRoute for the name: refused.
     assert!(connect(port, "other.example.com", &client).await.is_err());
-    assert_eq!(failures(&registry, "no_route"), 1.0);
+    assert_eq!(failures_reaching(&registry, "no_route", 1.0).await, 1.0);
     // Passthrough is not a handshake of the gateway's.
     assert!(!metrics_text(&registry).contains(r#"listener="pass""#));
     dp.shutdown(Duration::from_secs(1)).await;
