@@ -182,7 +182,11 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
     };
     let also_stop = CancellationToken::new();
     let mut sink = KubeStatus::new(
-        StatusWriter::new(client.clone(), opts.controller_name.clone()),
+        StatusWriter::new(
+            client.clone(),
+            opts.controller_name.clone(),
+            source.echoes(),
+        ),
         leader,
         service,
     );

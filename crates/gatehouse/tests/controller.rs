@@ -405,6 +405,128 @@ async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
     running.stop().await;
 }
 
+/// The passes the controller has run (applied or not).
+async fn passes(admin: SocketAddr) -> f64 {
+    metric_sum(admin, "gatehouse_config_reconciles_total").await
+}
+
+/// Waits until no pass has run for `quiet`, and returns the count of passes.
+async fn passes_settled(admin: SocketAddr, quiet: Duration) -> f64 {
+    let mut last = passes(admin).await;
+    let mut since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while since.elapsed() < quiet {
+        assert!(Instant::now() < deadline, "passes never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = passes(admin).await;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
+}
+
+/// A route created alone costs one pass: the watch events of our own status writes (the
+/// route's, the Gateway's attachedRoutes) start none. Someone else's change of a status is
+/// still seen, and our part of it restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_own_status_writes_start_no_pass() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    const ROUTES: usize = 8;
+    let env = Env::new();
+    let mut host = TestHost::new();
+    let a = host.echo(9006, "a").await;
+    env.base_objects();
+    env.service("svc", &[a]);
+    let running = start(env.options("127.0.0.1", None), kube_client().await)
+        .await
+        .unwrap();
+    let admin = running.admin_address;
+    eventually(
+        "the Gateway is Programmed",
+        Duration::from_secs(20),
+        || async {
+            env.condition("gateway", "gw", &["status", "conditions"], "Programmed")
+                == tt("True", "Programmed")
+        },
+    )
+    .await;
+    let before = passes_settled(admin, Duration::from_secs(1)).await;
+    let c = client_for();
+    for i in 1..=ROUTES {
+        env.route(&format!("e{i}"), &format!("/e{i}"), "svc");
+        let u = env.url("127.0.0.1", &format!("/e{i}"));
+        eventually("the route serves", Duration::from_secs(20), || {
+            let (c, u) = (c.clone(), u.clone());
+            async move { answer(&c, &u).await.0 == 200 }
+        })
+        .await;
+        eventually(
+            "the route is Accepted and counted",
+            Duration::from_secs(20),
+            || async {
+                env.condition(
+                    "httproute",
+                    &format!("e{i}"),
+                    &["status", "parents", "0", "conditions"],
+                    "Accepted",
+                ) == tt("True", "Accepted")
+                    && get("gateway", &env.ns, "gw")["status"]["listeners"][0]["attachedRoutes"]
+                        == i
+            },
+        )
+        .await;
+        // Every write's echo has come back before the next route.
+        passes_settled(admin, Duration::from_millis(500)).await;
+    }
+    let after = passes_settled(admin, Duration::from_secs(1)).await;
+    let patched = metric_sum(admin, "gatehouse_status_writes_total{result=\"patched\"}").await;
+    eprintln!(
+        "{ROUTES} routes one at a time: {} passes, {patched} status patches",
+        after - before
+    );
+    assert!(patched >= 2.0 * ROUTES as f64, "{patched} patches");
+    // One pass per route. A little slack for an echo whose event overtook the record of its
+    // write; every echo starting a pass would make it three per route.
+    assert!(
+        after - before <= ROUTES as f64 + 2.0,
+        "{} passes for {ROUTES} routes created one at a time",
+        after - before
+    );
+
+    // Someone else removes our status of a route: that is not an echo, and it is put back.
+    kubectl(
+        &[
+            "patch",
+            "httproute",
+            "e1",
+            "-n",
+            &env.ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"parents":[]}}"#,
+        ],
+        None,
+    );
+    eventually(
+        "our status of the route is restored",
+        Duration::from_secs(20),
+        || async {
+            env.condition(
+                "httproute",
+                "e1",
+                &["status", "parents", "0", "conditions"],
+                "Accepted",
+            ) == tt("True", "Accepted")
+        },
+    )
+    .await;
+    running.stop().await;
+}
+
 /// An HTTP authorization server inside the test process: `Bearer good` is allowed (and gets
 /// `x-user: alice`), anything else a 401.
 async fn auth_server(addr: SocketAddr) {

@@ -3,6 +3,7 @@
 
 pub mod addresses;
 pub mod ca_secret;
+mod echoes;
 mod leader;
 mod lenient;
 pub mod service;
@@ -10,6 +11,7 @@ mod sink;
 mod source;
 mod status;
 
+pub use echoes::Echoes;
 pub use leader::{LeaderElection, LeaseOptions};
 pub use sink::{KubeStatus, Provisioning};
 pub use source::KubeSource;

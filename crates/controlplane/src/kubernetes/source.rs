@@ -8,6 +8,7 @@
 //! Every watch decodes object by object ([`Lenient`]): an object our types reject is logged and
 //! left out, instead of failing its kind's whole list.
 
+use super::echoes::{Echoes, object_ref};
 use super::lenient::Lenient;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -36,6 +37,8 @@ struct Signals {
     connected: AtomicBool,
     /// Wakes the prober after a watch failed.
     lost: Notify,
+    /// Our own status writes: their events start no pass (see `echoes.rs`).
+    echoes: Arc<Echoes>,
 }
 
 impl Signals {
@@ -182,6 +185,21 @@ fn spawn_reflector<K: Kind>(
                 // Yielded before each (re)list is requested: nothing has changed yet.
                 Ok(watcher::Event::Init) => {}
                 Ok(event) => {
+                    match &event {
+                        watcher::Event::Apply(o) => {
+                            let meta = kube::Resource::meta(o);
+                            let key = object_ref(K::kind_name(), meta);
+                            if signals.echoes.quiet(&key, meta.resource_version.as_deref()) {
+                                continue;
+                            }
+                        }
+                        watcher::Event::Delete(o) => {
+                            signals
+                                .echoes
+                                .deleted(&object_ref(K::kind_name(), kube::Resource::meta(o)));
+                        }
+                        _ => {}
+                    }
                     if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = &event
                         && let Err(why) = &o.object
                     {
@@ -412,6 +430,7 @@ impl KubeSource {
     pub fn start(client: Client) -> KubeSource {
         let (tx, rx) = mpsc::channel(1);
         let signals = Arc::new(Signals {
+            echoes: Arc::new(Echoes::new(tx.clone())),
             changed: tx,
             connected: AtomicBool::new(true),
             lost: Notify::new(),
@@ -465,6 +484,11 @@ impl KubeSource {
             mirrors,
             prober,
         }
+    }
+
+    /// Where the status writer reports its writes, so that their watch events start no pass.
+    pub fn echoes(&self) -> Arc<Echoes> {
+        Arc::clone(&self.signals.echoes)
     }
 
     pub fn client(&self) -> &Client {
