@@ -429,7 +429,13 @@ async fn passes_settled(admin: SocketAddr, quiet: Duration) -> f64 {
 /// A route created alone costs one pass: the watch events of our own status writes (the
 /// route's, the Gateway's attachedRoutes) start none. Someone else's change of a status is
 /// still seen, and our part of it restored.
+///
+/// The controller watches the whole cluster, so every object the other tests of this file
+/// create or delete starts passes of its own (15 for 8 routes once, run beside them). So it
+/// runs alone, as its own step of scripts/test: `cargo test --workspace --test controller --
+/// --ignored --exact our_own_status_writes_start_no_pass`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "counts the controller's passes: run alone (scripts/test does)"]
 async fn our_own_status_writes_start_no_pass() {
     if kubeconfig().is_none() {
         return;
@@ -453,7 +459,8 @@ async fn our_own_status_writes_start_no_pass() {
         },
     )
     .await;
-    let before = passes_settled(admin, Duration::from_secs(1)).await;
+    let mut last = passes_settled(admin, Duration::from_secs(1)).await;
+    let mut per_route = Vec::new();
     let c = client_for();
     for i in 1..=ROUTES {
         env.route(&format!("e{i}"), &format!("/e{i}"), "svc");
@@ -479,21 +486,19 @@ async fn our_own_status_writes_start_no_pass() {
         )
         .await;
         // Every write's echo has come back before the next route.
-        passes_settled(admin, Duration::from_millis(500)).await;
+        let now = passes_settled(admin, Duration::from_millis(500)).await;
+        per_route.push(now - last);
+        last = now;
     }
-    let after = passes_settled(admin, Duration::from_secs(1)).await;
     let patched = metric_sum(admin, "gatehouse_status_writes_total{result=\"patched\"}").await;
-    eprintln!(
-        "{ROUTES} routes one at a time: {} passes, {patched} status patches",
-        after - before
-    );
+    eprintln!("{ROUTES} routes one at a time: passes per route {per_route:?}, {patched} patches");
     assert!(patched >= 2.0 * ROUTES as f64, "{patched} patches");
-    // One pass per route. A little slack for an echo whose event overtook the record of its
-    // write; every echo starting a pass would make it three per route.
+    // One pass per route; every echo starting a pass would make it three (the route's status
+    // and the Gateway's). Two routes may take one more, for a stray event of the cluster's.
+    let single = per_route.iter().filter(|&&p| p == 1.0).count();
     assert!(
-        after - before <= ROUTES as f64 + 2.0,
-        "{} passes for {ROUTES} routes created one at a time",
-        after - before
+        single >= ROUTES - 2,
+        "passes per route created alone: {per_route:?}"
     );
 
     // Someone else removes our status of a route: that is not an echo, and it is put back.
