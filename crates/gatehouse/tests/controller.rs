@@ -84,6 +84,31 @@ impl Env {
         }
     }
 
+    /// The Gateway, an echo backend on `echo_port` behind Service `svc`, and a controller
+    /// started for them; returns once the Gateway is Programmed.
+    async fn programmed_gateway(
+        &self,
+        host: &mut TestHost,
+        echo_port: u16,
+    ) -> gatehouse::run::Running {
+        let a = host.echo(echo_port, "a").await;
+        self.base_objects();
+        self.service("svc", &[a]);
+        let running = start(self.options("127.0.0.1", None), kube_client().await)
+            .await
+            .unwrap();
+        eventually(
+            "the Gateway is Programmed",
+            Duration::from_secs(20),
+            || async {
+                self.condition("gateway", "gw", &["status", "conditions"], "Programmed")
+                    == tt("True", "Programmed")
+            },
+        )
+        .await;
+        running
+    }
+
     fn url(&self, address: &str, path: &str) -> String {
         let _ = address;
         url(self.port, path)
@@ -334,21 +359,7 @@ async fn a_burst_of_routes_is_accepted_without_self_conflicts() {
     const ROUTES: usize = 80;
     let env = Env::new();
     let mut host = TestHost::new();
-    let a = host.echo(9005, "a").await;
-    env.base_objects();
-    env.service("svc", &[a]);
-    let running = start(env.options("127.0.0.1", None), kube_client().await)
-        .await
-        .unwrap();
-    eventually(
-        "the Gateway is Programmed",
-        Duration::from_secs(20),
-        || async {
-            env.condition("gateway", "gw", &["status", "conditions"], "Programmed")
-                == tt("True", "Programmed")
-        },
-    )
-    .await;
+    let running = env.programmed_gateway(&mut host, 9005).await;
     let burst: String = (0..ROUTES)
         .map(|i| {
             format!(
@@ -443,22 +454,8 @@ async fn our_own_status_writes_start_no_pass() {
     const ROUTES: usize = 8;
     let env = Env::new();
     let mut host = TestHost::new();
-    let a = host.echo(9006, "a").await;
-    env.base_objects();
-    env.service("svc", &[a]);
-    let running = start(env.options("127.0.0.1", None), kube_client().await)
-        .await
-        .unwrap();
+    let running = env.programmed_gateway(&mut host, 9006).await;
     let admin = running.admin_address;
-    eventually(
-        "the Gateway is Programmed",
-        Duration::from_secs(20),
-        || async {
-            env.condition("gateway", "gw", &["status", "conditions"], "Programmed")
-                == tt("True", "Programmed")
-        },
-    )
-    .await;
     let mut last = passes_settled(admin, Duration::from_secs(1)).await;
     let mut per_route = Vec::new();
     let c = client_for();
