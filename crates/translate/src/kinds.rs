@@ -24,7 +24,7 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::Resource as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -173,6 +173,12 @@ pub trait Kind:
     fn status_json(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+
+    /// Whether translate reads the same from `self` and `other`: the status Gatehouse writes
+    /// (translate never reads it: a status is computed, not carried over) and the metadata
+    /// every write changes (resourceVersion, managedFields) are left out. Kinds whose status
+    /// someone else writes and translate may read (a Service's load balancer) compare whole.
+    fn same_to_translate(&self, other: &Self) -> bool;
 
     /// `Kind` as manifests spell it (`HTTPRoute`).
     fn kind_name() -> String {
@@ -354,12 +360,59 @@ macro_rules! registry {
         fn status_json(&self) -> serde_json::Value {
             self.status.as_ref().map_or(serde_json::Value::Null, json)
         }
+        fn same_to_translate(&self, other: &Self) -> bool {
+            self.spec == other.spec && same_meta(self.meta(), other.meta())
+        }
     };
     (@role object) => {
         const STATUS: StatusShape = StatusShape::None;
+        // Gatehouse writes nothing to these, so a new resourceVersion is a change of
+        // someone else's; a relist that brings the same version back compares equal.
+        fn same_to_translate(&self, other: &Self) -> bool {
+            self == other
+        }
     };
     (@route route, $ty:ty, $visitor:ident) => { $visitor.visit::<$ty>() };
     (@route $other:ident, $ty:ty, $visitor:ident) => {};
+}
+
+/// Metadata as translate reads it: all of it but resourceVersion and managedFields, which
+/// change with every write (our own status writes among them). Destructured, so that a field
+/// a newer k8s-openapi adds must be placed here before this compiles.
+fn same_meta(
+    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        labels,
+        managed_fields: _,
+        name,
+        namespace,
+        owner_references,
+        resource_version: _,
+        self_link,
+        uid,
+    } = a;
+    *annotations == b.annotations
+        && *creation_timestamp == b.creation_timestamp
+        && *deletion_grace_period_seconds == b.deletion_grace_period_seconds
+        && *deletion_timestamp == b.deletion_timestamp
+        && *finalizers == b.finalizers
+        && *generate_name == b.generate_name
+        && *generation == b.generation
+        && *labels == b.labels
+        && *name == b.name
+        && *namespace == b.namespace
+        && *owner_references == b.owner_references
+        && *self_link == b.self_link
+        && *uid == b.uid
 }
 
 fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -417,4 +470,72 @@ impl Input {
     pub fn push_shared<K: Kind>(&mut self, object: Arc<K>) {
         K::of_mut(self).push(object);
     }
+
+    /// Whether translate reads the same from `self` and `other` (see
+    /// [`Kind::same_to_translate`]): the same objects of every kind, in any order, differing at
+    /// most in the status Gatehouse writes and the resourceVersions those writes bumped. Then
+    /// `translate` gives the same output for both, and a pass may reuse the last one. Cheap
+    /// when little changed: objects a store did not replace are the same `Arc`, and only the
+    /// others are compared field by field.
+    pub fn same_to_translate(&self, other: &Input) -> bool {
+        struct Visit<'i> {
+            a: &'i Input,
+            b: &'i Input,
+            same: bool,
+        }
+        impl KindVisitor for Visit<'_> {
+            fn visit<K: Kind>(&mut self) {
+                self.same = self.same && same_objects(K::of(self.a), K::of(self.b));
+            }
+        }
+        let mut visit = Visit {
+            a: self,
+            b: other,
+            same: true,
+        };
+        for_each_kind(&mut visit);
+        visit.same
+    }
+}
+
+/// Two lists of one kind hold the same objects as translate reads them, in any order.
+fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    // A store that replaced an object keeps its place: position by position first.
+    let in_place = a
+        .iter()
+        .zip(b)
+        .all(|(x, y)| Arc::ptr_eq(x, y) || (same_key(&**x, &**y) && x.same_to_translate(y)));
+    if in_place {
+        return true;
+    }
+    // Another order: by namespace and name. A list with one key twice is never the same (a
+    // store cannot hold that; a folder of files may, and then translate decides).
+    let (Some(a), Some(b)) = (by_key(a), by_key(b)) else {
+        return false;
+    };
+    a.iter().all(|(key, x)| {
+        b.get(key)
+            .is_some_and(|y| std::ptr::eq(*x, *y) || x.same_to_translate(y))
+    })
+}
+
+/// The objects by namespace and name; `None` when a key is there twice.
+fn by_key<K: Kind>(list: &[Arc<K>]) -> Option<HashMap<(&str, &str), &K>> {
+    let map: HashMap<_, _> = list.iter().map(|o| (key_of(&**o), &**o)).collect();
+    (map.len() == list.len()).then_some(map)
+}
+
+fn key_of<K: Kind>(o: &K) -> (&str, &str) {
+    let meta = o.meta();
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn same_key<K: Kind>(a: &K, b: &K) -> bool {
+    key_of(a) == key_of(b)
 }
