@@ -54,7 +54,7 @@ pub trait StatusSink: Send + 'static {
     fn write<'a>(
         &'a mut self,
         input: &'a Input,
-        status: Status,
+        status: Arc<Status>,
         config: &'a ir::Config,
         infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
     ) -> BoxFuture<'a, ()>;
@@ -76,6 +76,9 @@ pub struct Reconciler<S: Source> {
     publisher: Arc<dyn Publisher>,
     status: Option<Box<dyn StatusSink>>,
     state: Arc<ControlState>,
+    /// The last pass's translation inputs (`None` while a pass holds them, and until the
+    /// first pass).
+    last: Option<LastTranslation>,
 }
 
 impl<S: Source> Reconciler<S> {
@@ -92,6 +95,7 @@ impl<S: Source> Reconciler<S> {
             publisher,
             status: None,
             state,
+            last: None,
         }
     }
 
@@ -168,46 +172,135 @@ impl<S: Source> Reconciler<S> {
         let mut source = self.source.take().expect("held between passes");
         let mut adjust = self.adjust.take();
         let mut options = self.options.clone();
-        let (source, adjust, snapshot, mut output, times) =
+        // Read before the snapshot: a pass that reuses the last translation applies nothing,
+        // so nothing can bind in between.
+        let serving = self.publisher.serving();
+        let last = self.last.take();
+        let (source, adjust, snapshot, translated, times) =
             tokio::task::spawn_blocking(move || {
-                let (snapshot, snapshot_took) = timed(|| {
+                let ((snapshot, reusable), snapshot_took) = timed(|| {
                     let snapshot = source.snapshot();
                     if let Some(adjust) = adjust.as_mut() {
                         adjust(&snapshot.input, &mut options);
                     }
-                    snapshot
+                    let reusable = last.filter(|l| l.reads_the_same(&snapshot, &options, &serving));
+                    (snapshot, reusable)
                 });
-                let (output, translate_took) = timed(|| translate(&snapshot.input, &options));
-                let times = PassTimes {
+                let mut times = PassTimes {
                     snapshot: snapshot_took,
-                    translate: translate_took,
                     ..PassTimes::default()
                 };
-                (source, adjust, snapshot, output, times)
+                let translated = match reusable {
+                    Some(last) => Translated::Reused(last),
+                    None => {
+                        let (output, took) = timed(|| translate(&snapshot.input, &options));
+                        times.translate = took;
+                        Translated::New(output, options)
+                    }
+                };
+                (source, adjust, snapshot, translated, times)
             })
             .await
             .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
-        let infrastructure = std::mem::take(&mut output.infrastructure);
-        let status = publish(
-            &self.state,
-            &*self.publisher,
-            &snapshot,
-            output,
-            started,
-            times,
-        )
-        .await;
-        let config = self.state.published.load_full().config.clone();
+        let (status, config, last) = match translated {
+            Translated::New(mut output, options) => {
+                let infrastructure = std::mem::take(&mut output.infrastructure);
+                let (status, serving) = publish(
+                    &self.state,
+                    &*self.publisher,
+                    &snapshot,
+                    output,
+                    started,
+                    times,
+                )
+                .await;
+                let config = self.state.published.load_full().config.clone();
+                let last = LastTranslation {
+                    input: Input::default(),
+                    options,
+                    serving,
+                    errors: snapshot.errors.clone(),
+                    warnings: snapshot.warnings.clone(),
+                    pending: snapshot.pending.clone(),
+                    infrastructure,
+                };
+                (status, config, last)
+            }
+            Translated::Reused(last) => {
+                // Only what Gatehouse writes changed (status, and the resourceVersions its
+                // writes bumped): a translation would give the last output again, and stamping
+                // it against the last status would give that status. Only status is written.
+                let published = self.state.published.load_full();
+                self.state.metrics.stage(Stage::Snapshot, times.snapshot);
+                self.state
+                    .metrics
+                    .reconciles
+                    .get_or_create(&ResultLabel { result: "reused" })
+                    .inc();
+                (
+                    Arc::clone(&published.status),
+                    published.config.clone(),
+                    last,
+                )
+            }
+        };
         if let Some(sink) = self.status.as_mut() {
             // The sink's writer counts the patches in gatehouse_status_writes_total as they
             // finish.
             let t = Instant::now();
-            sink.write(&snapshot.input, status, &config, &infrastructure)
+            sink.write(&snapshot.input, status, &config, &last.infrastructure)
                 .await;
             self.state.metrics.stage(Stage::StatusQueue, t.elapsed());
         }
+        // The newest snapshot, whichever of the two read the same: its objects are the ones
+        // the store still shares, so the next comparison finds them by pointer.
+        self.last = Some(LastTranslation {
+            input: snapshot.input,
+            ..last
+        });
+    }
+}
+
+/// What a pass made of its snapshot. One per pass, moved once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Translated {
+    New(Output, TranslateOptions),
+    /// The snapshot reads as the last one did.
+    Reused(LastTranslation),
+}
+
+/// The last translation's inputs, so that a pass whose snapshot translate would read the same
+/// way can skip translating, comparing and publishing. Passes like that are common in the
+/// controller: when the watch event of our own status write arrives after the next pass took
+/// its snapshot, the status that pass computed waits for the event (`status.rs`) and needs a
+/// pass of its own, in which nothing but resourceVersions and status changed.
+struct LastTranslation {
+    input: Input,
+    options: TranslateOptions,
+    serving: Serving,
+    errors: Vec<String>,
+    warnings: Vec<String>,
+    pending: Vec<String>,
+    infrastructure: BTreeMap<ObjectKey, Infrastructure>,
+}
+
+impl LastTranslation {
+    /// Translate would give the same output for `snapshot` and `options`, and publishing it
+    /// with `serving` would give the same status, readiness and metrics.
+    fn reads_the_same(
+        &self,
+        snapshot: &SourceSnapshot,
+        options: &TranslateOptions,
+        serving: &Serving,
+    ) -> bool {
+        self.options == *options
+            && self.serving == *serving
+            && self.errors == snapshot.errors
+            && self.warnings == snapshot.warnings
+            && self.pending == snapshot.pending
+            && self.input.same_to_translate(&snapshot.input)
     }
 }
 
@@ -304,7 +397,8 @@ impl PassBudget {
 }
 
 /// Applies a translated configuration to the data plane (only if it changed) and publishes
-/// what the admin endpoint serves. Returns the status, stamped against the previous one.
+/// what the admin endpoint serves. Returns the status, stamped against the previous one, and
+/// what was serving when it was.
 async fn publish(
     state: &ControlState,
     publisher: &dyn Publisher,
@@ -312,7 +406,7 @@ async fn publish(
     output: Output,
     started: Instant,
     mut times: PassTimes,
-) -> Status {
+) -> (Arc<Status>, Serving) {
     let errors = snapshot.errors.clone();
     state.metrics.source_errors.set(errors.len() as i64);
     let previous = state.published.load_full();
@@ -360,10 +454,11 @@ async fn publish(
         .collect();
     state.set_missing(missing);
     state.metrics.set_listeners(&status);
+    let status = Arc::new(status);
     state.published.store(Arc::new(Published {
         generation,
         config,
-        status: status.clone(),
+        status: Arc::clone(&status),
         input: snapshot.input.clone(),
         errors,
         warnings: snapshot.warnings.clone(),
@@ -400,7 +495,7 @@ async fn publish(
         .get_or_create(&ResultLabel { result })
         .inc();
     state.set_generation(generation);
-    status
+    (status, serving)
 }
 
 #[cfg(test)]

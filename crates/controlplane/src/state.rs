@@ -17,7 +17,9 @@ pub struct Published {
     /// Counts applied configuration changes (a reload that changes nothing keeps it).
     pub generation: u64,
     pub config: Arc<ir::Config>,
-    pub status: Status,
+    /// Shared with the status writer: a pass that reuses the last translation hands it the
+    /// same status without copying it, and the writer can tell.
+    pub status: Arc<Status>,
     /// The snapshot `status` was computed from. It shares its objects with the source, so
     /// keeping it costs a pointer per object; [`Published::objects`] builds the report from it
     /// when asked, instead of every pass building (and holding) a JSON copy of every object.

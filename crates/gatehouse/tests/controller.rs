@@ -499,6 +499,15 @@ async fn our_own_status_writes_start_no_pass() {
     );
 
     // Someone else removes our status of a route: that is not an echo, and it is put back.
+    // Nothing translate reads changed, so the pass that does it reuses the last translation.
+    let result = |r: &'static str| async move {
+        metric_sum(
+            admin,
+            &format!("gatehouse_config_reconciles_total{{result=\"{r}\"}}"),
+        )
+        .await
+    };
+    let (reused, applied) = (result("reused").await, result("applied").await);
     kubectl(
         &[
             "patch",
@@ -526,6 +535,15 @@ async fn our_own_status_writes_start_no_pass() {
         },
     )
     .await;
+    assert!(
+        result("reused").await > reused,
+        "the status-only change was translated again"
+    );
+    assert_eq!(
+        result("applied").await,
+        applied,
+        "a status-only change applied a configuration"
+    );
     running.stop().await;
 }
 

@@ -144,7 +144,7 @@ pub fn supported_features(provisioned: bool) -> Vec<&'static str> {
     all
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     pub controller_name: String,
     /// Address for Gateways that request none.

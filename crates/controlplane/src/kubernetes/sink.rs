@@ -108,7 +108,7 @@ impl StatusSink for KubeStatus {
     fn write<'a>(
         &'a mut self,
         input: &'a Input,
-        status: Status,
+        status: Arc<Status>,
         config: &'a ir::Config,
         infrastructure: &'a BTreeMap<ObjectKey, Infrastructure>,
     ) -> BoxFuture<'a, ()> {

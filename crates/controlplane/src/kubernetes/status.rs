@@ -19,10 +19,13 @@
 //! - A write that fails for another reason (the API server unreachable) is forgotten: the next
 //!   reconcile writes that object again (as before the writer had a task of its own).
 //! - An object is compared only when it may need a write: an object found with nothing to
-//!   write is settled at the resourceVersion it was seen at, and stays settled while that
-//!   version and its computed status (compared typed, with the previous pass's) do not change.
-//!   Comparing means serialising what it carries and what we would write, and doing that for
-//!   every object on every pass was half of the controller's CPU at 3000 routes.
+//!   write is settled as the very copy the store holds (by address, kept alive), and stays
+//!   settled while the store holds that copy and its computed status (compared typed, with
+//!   the previous pass's) does not change. Comparing means serialising what it carries and
+//!   what we would write, and doing that for every object on every pass was half of the
+//!   controller's CPU at 3000 routes. Telling settled objects apart takes no allocation: no
+//!   key is built for them, and a pass that reused the last translation hands over the same
+//!   status (`Arc`), so their computed status is not even compared.
 //! - Every write is reported to [`Echoes`], so that its own watch event starts no pass; a
 //!   write left alone because the snapshot predates it asks there for the pass that follows
 //!   its echo.
@@ -64,10 +67,17 @@ pub struct StatusWriter {
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
     /// The status the last write was given, as translate computed it (not stamped).
-    computed: Status,
-    /// Objects found with nothing to write, and the resourceVersion they were seen at.
-    settled: HashMap<WriteKey, Option<String>>,
+    computed: Arc<Status>,
+    /// Objects found with nothing to write, by the address of the store's copy, which the
+    /// entry keeps alive (so the address cannot be reused by another object while it is
+    /// here). A store replaces an object's `Arc` with every new version, so an object found
+    /// here is the very version that was settled: no key is built and no version compared.
+    settled: Settled,
 }
+
+/// See [`StatusWriter::settled`]: rebuilt by every write from the objects it settled, so
+/// versions replaced or deleted since drop out with it.
+type Settled = HashMap<usize, Arc<dyn std::any::Any + Send + Sync>>;
 
 /// What one `write` did; the patches themselves are counted by result in the metric
 /// `gatehouse_status_writes_total` as they finish.
@@ -133,33 +143,41 @@ impl StatusWriter {
             controller_name: controller_name.into(),
             shared,
             task,
-            computed: Status::default(),
+            computed: Arc::default(),
             settled: HashMap::new(),
         }
     }
 
     /// Queue a patch of every object whose status differs from what it carries (each stamped
     /// against it first). Returns at once; the patches go out on the writer's task.
-    pub fn write(&mut self, input: &Input, status: Status) -> Written {
+    pub fn write(&mut self, input: &Input, status: Arc<Status>) -> Written {
         let previous = std::mem::replace(&mut self.computed, status);
         // Keys whose resourceVersion decides whether our own patch is still on its way.
         let sent_keys: HashSet<WriteKey> = {
             let q = self.shared.queue.lock().expect("never poisoned");
             q.sent.keys().cloned().collect()
         };
+        let sent_lookup: HashSet<(&str, &str, &str)> = sent_keys
+            .iter()
+            .map(|(k, ns, n)| (k.as_str(), ns.as_str(), n.as_str()))
+            .collect();
+        let mut settled = Settled::with_capacity(self.settled.len());
         let mut plan = Plan {
             input,
             status: &self.computed,
             previous: &previous,
-            settled: &mut self.settled,
+            // The same status as last time (a pass that reused its translation): no object's
+            // computed status can have changed.
+            same_status: Arc::ptr_eq(&self.computed, &previous),
+            was_settled: &mut self.settled,
+            settled: &mut settled,
+            sent_lookup: &sent_lookup,
             now: Timestamp::now(),
             ours: &self.controller_name,
             client: &self.client,
-            sent_keys: &sent_keys,
             patches: Vec::new(),
             unchanged: Vec::new(),
             seen: HashMap::new(),
-            objects: 0,
             compared: 0,
         };
         for_each_kind(&mut plan);
@@ -167,26 +185,10 @@ impl StatusWriter {
             patches,
             unchanged,
             seen,
-            objects,
             compared,
             ..
         } = plan;
-        // Objects deleted since they settled: dropped once they are half of what is kept.
-        if self.settled.len() > 2 * objects + 64 {
-            let mut present = HashSet::new();
-            struct Keys<'a>(&'a Input, &'a mut HashSet<WriteKey>);
-            impl KindVisitor for Keys<'_> {
-                fn visit<K: Kind>(&mut self) {
-                    if K::STATUS != StatusShape::None {
-                        for o in K::of(self.0) {
-                            self.1.insert(object_ref(K::kind_name(), o.meta()));
-                        }
-                    }
-                }
-            }
-            for_each_kind(&mut Keys(input, &mut present));
-            self.settled.retain(|k, _| present.contains(k));
-        }
+        self.settled = settled;
         let mut w = Written {
             compared,
             ..Written::default()
@@ -228,7 +230,7 @@ impl StatusWriter {
         q.pending.clear();
         drop(q);
         self.settled.clear();
-        self.computed = Status::default();
+        self.computed = Arc::default();
     }
 
     /// Counts every finished patch in `counts` by result (patched, conflict, failed).
@@ -290,17 +292,21 @@ struct Plan<'a> {
     /// This pass's computed status, and the previous pass's (neither stamped).
     status: &'a Status,
     previous: &'a Status,
-    settled: &'a mut HashMap<WriteKey, Option<String>>,
+    /// `status` is `previous` itself.
+    same_status: bool,
+    /// The objects the last write settled, and those this one settles.
+    was_settled: &'a mut Settled,
+    settled: &'a mut Settled,
+    /// The objects with a patch of ours sent (borrowed keys: looked up without allocating).
+    sent_lookup: &'a HashSet<(&'a str, &'a str, &'a str)>,
     now: Timestamp,
     ours: &'a str,
     client: &'a Client,
-    sent_keys: &'a HashSet<WriteKey>,
     patches: Vec<(WriteKey, Job)>,
     unchanged: Vec<WriteKey>,
-    /// The objects of `sent_keys` still there, and the version the snapshot shows.
+    /// The objects of `sent_lookup` still there, and the version the snapshot shows.
     seen: HashMap<WriteKey, Option<String>>,
-    /// Objects with a status, and how many of them were compared.
-    objects: usize,
+    /// How many objects were compared (the others were settled).
     compared: usize,
 }
 
@@ -311,18 +317,31 @@ impl KindVisitor for Plan<'_> {
         }
         let kind = K::kind_name();
         for object in K::of(self.input) {
-            self.objects += 1;
             let meta = object.meta();
-            let key: WriteKey = object_ref(kind.clone(), meta);
-            let resource_version = meta.resource_version.clone();
-            if self.sent_keys.contains(&key) {
-                self.seen.insert(key.clone(), resource_version.clone());
+            let address = Arc::as_ptr(object) as *const () as usize;
+            if !self.sent_lookup.is_empty() {
+                let namespace = meta.namespace.as_deref().unwrap_or("default");
+                let name = meta.name.as_deref().unwrap_or_default();
+                if self.sent_lookup.contains(&(kind.as_str(), namespace, name)) {
+                    self.seen.insert(
+                        object_ref(kind.clone(), meta),
+                        meta.resource_version.clone(),
+                    );
+                }
             }
-            if self.settled.get(&key) == Some(&resource_version)
-                && object.same_computed_status(self.status, self.previous)
+            if self.was_settled.contains_key(&address)
+                && (self.same_status || object.same_computed_status(self.status, self.previous))
             {
+                let kept = self.was_settled.remove(&address).expect("just found");
+                self.settled.insert(address, kept);
                 continue;
             }
+            let key: WriteKey = object_ref(kind.clone(), meta);
+            let resource_version = meta.resource_version.clone();
+            let settle = |settled: &mut Settled| {
+                let kept: Arc<dyn std::any::Any + Send + Sync> = object.clone();
+                settled.insert(address, kept);
+            };
             self.compared += 1;
             // This object alone: stamped against what it carries, then compared with it.
             let mut computed = Status::default();
@@ -338,15 +357,14 @@ impl KindVisitor for Plan<'_> {
                 self.ours,
             ) else {
                 // Nothing of ours to write or remove.
-                self.settled.insert(key, resource_version);
+                settle(self.settled);
                 continue;
             };
             if new == carried {
-                self.settled.insert(key.clone(), resource_version);
+                settle(self.settled);
                 self.unchanged.push(key);
                 continue;
             }
-            self.settled.remove(&key);
             let api = api_in::<K>(self.client, &key.1);
             let body = json!({
                 "metadata": { "resourceVersion": resource_version },
@@ -557,23 +575,33 @@ spec: {parentRefs: [{name: gw}], hostnames: [two.example.com]}
         let mut writer = StatusWriter::new(client, "me.io/c", Arc::new(Echoes::new(tx)));
 
         // Nothing written yet: all four objects compared, all four patched.
-        let w = writer.write(&input, status.clone());
+        let w = writer.write(&input, Arc::new(status.clone()));
         assert_eq!((w.compared, w.queued), (4, 4), "{w:?}");
 
         // Our writes are in (a new version of each): compared once more, found equal.
         let written = carrying(&input, &status, "2");
-        let w = writer.write(&written, status.clone());
+        let w = writer.write(&written, Arc::new(status.clone()));
         assert_eq!((w.compared, w.queued, w.stale), (4, 0, 0), "{w:?}");
-        // Nothing changed: nothing compared.
-        let w = writer.write(&written, status.clone());
+        // Nothing changed (an equal status, computed again): nothing compared.
+        let shared = Arc::new(status.clone());
+        let w = writer.write(&written, Arc::clone(&shared));
+        assert_eq!((w.compared, w.queued), (0, 0), "{w:?}");
+        // The very same status (a pass that reused its translation): nothing compared.
+        let w = writer.write(&written, Arc::clone(&shared));
         assert_eq!((w.compared, w.queued), (0, 0), "{w:?}");
 
-        // One route at a new version (a label, say): that route alone is compared.
+        // One route at a new version (a label, say): that route alone is compared, also when
+        // the status is the very same.
         let mut touched = written.clone();
         let mut r1 = (*touched.http_routes[0]).clone();
         r1.metadata.resource_version = Some("3".into());
         touched.http_routes[0] = Arc::new(r1);
-        let w = writer.write(&touched, status.clone());
+        let w = writer.write(&touched, Arc::clone(&shared));
+        assert_eq!((w.compared, w.queued), (1, 0), "{w:?}");
+        // A copy of the same version (a relist brings new copies): compared, found equal.
+        let mut relisted = touched.clone();
+        relisted.http_routes[1] = Arc::new((*touched.http_routes[1]).clone());
+        let w = writer.write(&relisted, Arc::clone(&shared));
         assert_eq!((w.compared, w.queued), (1, 0), "{w:?}");
 
         // One route's computed status changes (it is no longer ours): compared and patched.
@@ -585,8 +613,14 @@ spec: {parentRefs: [{name: gw}], hostnames: [two.example.com]}
             .cloned()
             .unwrap();
         detached.routes.remove(&r2);
-        let w = writer.write(&touched, detached);
+        let w = writer.write(&relisted, Arc::new(detached));
         assert_eq!((w.compared, w.queued), (1, 1), "{w:?}");
+
+        // A route deleted: what was settled of it is let go with the next write.
+        let mut deleted = relisted.clone();
+        deleted.http_routes.remove(0);
+        writer.write(&deleted, Arc::new(status.clone()));
+        assert_eq!(writer.settled.len(), 3, "GatewayClass, Gateway and r2");
     }
 
     #[test]
