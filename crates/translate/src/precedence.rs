@@ -8,9 +8,7 @@
 //! then namespace/name, then rule and match order.
 
 use crate::hostname;
-use crate::objects::ObjectKey;
 use gatehouse_ir as ir;
-use k8s_openapi::jiff::Timestamp;
 use std::borrow::Cow;
 use std::cmp::{Ordering, Reverse};
 use std::collections::HashMap;
@@ -25,7 +23,7 @@ pub struct Candidate {
     pub matcher: ir::HttpMatch,
     /// Index into the listener's rules.
     pub rule: usize,
-    pub route_age: (Timestamp, ObjectKey),
+    pub route_age: crate::objects::Age,
     pub rule_index: usize,
     pub match_index: usize,
 }
@@ -37,7 +35,7 @@ type MatchKey = (
     bool,
     Reverse<usize>,
     Reverse<usize>,
-    (Timestamp, ObjectKey),
+    crate::objects::Age,
     usize,
     usize,
 );

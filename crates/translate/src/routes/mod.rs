@@ -23,7 +23,6 @@ use crate::objects::{GATEWAY_GROUP, ObjectKey, age_key, namespace};
 use crate::refs::Referrer;
 use gatehouse_ir as ir;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -255,7 +254,7 @@ pub struct Attachment {
     /// listener (for [`kind_conflicts`], which may take the listener away again).
     pub route: RouteKey,
     pub parents: Vec<usize>,
-    pub route_age: (Timestamp, ObjectKey),
+    pub route_age: crate::objects::Age,
     /// (index in the route's spec, rule)
     pub rules: Rc<Vec<(usize, RouteRule)>>,
 }
@@ -283,17 +282,20 @@ pub fn attach_kind<R: RouteKind>(
     ctx: &mut AttachCtx<'_, '_>,
     out: &mut Attached,
 ) {
-    let mut ordered: Vec<&R> = routes.iter().map(|r| &**r).collect();
-    ordered.sort_by_key(|r| age_key(r.meta()));
+    // Each route's age once (not once per comparison): it also orders its attachments.
+    let mut ordered: Vec<(crate::objects::Age, &R)> = routes
+        .iter()
+        .map(|r| (Rc::new(age_key(r.meta())), &**r))
+        .collect();
+    ordered.sort_by(|a, b| a.0.cmp(&b.0));
     let kind = R::kind_name();
-    for route in ordered {
-        let meta = route.meta();
-        let key = ObjectKey::of(meta);
+    for (age, route) in ordered {
+        let key = age.1.clone();
         let parents = route.parent_refs();
         if !names_our_gateway(&parents, &key.namespace, ctx.gateways) {
             continue;
         }
-        let status = attach_route(route, &kind, &key, &parents, ctx, &mut out.attachments);
+        let status = attach_route(route, &kind, &age, &parents, ctx, &mut out.attachments);
         out.status.insert(
             RouteKey {
                 kind: kind.clone(),
@@ -321,16 +323,18 @@ fn resolve_parent(
     if p.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
         return None;
     }
-    let key = ObjectKey::new(p.namespace.as_deref().unwrap_or(route_ns), p.name.clone());
+    // Compared in place: this runs for every parentRef of every route on every pass.
+    let namespace = p.namespace.as_deref().unwrap_or(route_ns);
+    let is = |key: &ObjectKey| key.name == p.name && key.namespace == namespace;
     match p.kind.as_deref().unwrap_or("Gateway") {
         "Gateway" => gateways
             .iter()
-            .position(|g| g.key == key)
+            .position(|g| is(&g.key))
             .map(|gi| (gi, None)),
         "ListenerSet" => gateways.iter().enumerate().find_map(|(gi, g)| {
             g.listener_sets
                 .iter()
-                .position(|s| s.key == key)
+                .position(|s| is(&s.key))
                 .map(|si| (gi, Some(si)))
         }),
         _ => None,
@@ -340,12 +344,13 @@ fn resolve_parent(
 fn attach_route<R: RouteKind>(
     route: &R,
     kind: &str,
-    key: &ObjectKey,
+    age: &crate::objects::Age,
     parents: &[ParentRef],
     ctx: &mut AttachCtx<'_, '_>,
     attachments: &mut Vec<Attachment>,
 ) -> RouteStatus {
     let meta = route.meta();
+    let key = &age.1;
     let generation = meta.generation;
     let mut rule_ctx = RuleCtx {
         backends: ctx.backends,
@@ -435,7 +440,7 @@ fn attach_route<R: RouteKind>(
                         key: key.clone(),
                     },
                     parents: vec![parent],
-                    route_age: age_key(meta),
+                    route_age: Rc::clone(age),
                     rules: Rc::clone(&rules),
                 }),
             }
