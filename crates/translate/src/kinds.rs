@@ -159,11 +159,11 @@ pub trait Kind:
     /// status writer can stamp and compare one object without the others.
     fn copy_computed_status(&self, _from: &Status, _to: &mut Status) {}
 
-    /// Whether two computed statuses say the same about this object. Typed and allocation
-    /// free: the status writer asks it for every object on every pass, to skip the objects
-    /// whose status it already found written.
-    fn same_computed_status(&self, _a: &Status, _b: &Status) -> bool {
-        true
+    /// Whether this object's computed status is among `changed` ([`Status::changed_since`]).
+    /// Allocation free: the status writer asks it for every object on every pass, to skip the
+    /// objects whose status it already found written.
+    fn computed_status_changed(&self, _changed: &crate::ChangedStatus<'_>) -> bool {
+        false
     }
 
     /// The object's `status` as JSON, as the status writer compares it with what it would
@@ -252,9 +252,9 @@ macro_rules! registry {
                 to.routes.insert(key, s.clone());
             }
         }
-        fn same_computed_status(&self, a: &Status, b: &Status) -> bool {
-            let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
-            a.routes.get(&key) == b.routes.get(&key)
+        fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
+            let kind = Self::kind(&());
+            changed.routes.contains(&(kind.as_ref(), namespace_of(self.meta()), name_of(self.meta())))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(carried) = <Self as crate::RouteKind>::carried_status(self) {
@@ -275,9 +275,8 @@ macro_rules! registry {
                 to.gateway_classes.insert(key, s.clone());
             }
         }
-        fn same_computed_status(&self, a: &Status, b: &Status) -> bool {
-            let key = name(self.meta());
-            a.gateway_classes.get(&key) == b.gateway_classes.get(&key)
+        fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
+            changed.gateway_classes.contains(name_of(self.meta()))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -297,9 +296,8 @@ macro_rules! registry {
                 to.gateways.insert(key, s.clone());
             }
         }
-        fn same_computed_status(&self, a: &Status, b: &Status) -> bool {
-            let key = ObjectKey::of(self.meta());
-            a.gateways.get(&key) == b.gateways.get(&key)
+        fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
+            changed.gateways.contains(&(namespace_of(self.meta()), name_of(self.meta())))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -319,9 +317,8 @@ macro_rules! registry {
                 to.listener_sets.insert(key, s.clone());
             }
         }
-        fn same_computed_status(&self, a: &Status, b: &Status) -> bool {
-            let key = ObjectKey::of(self.meta());
-            a.listener_sets.get(&key) == b.listener_sets.get(&key)
+        fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
+            changed.listener_sets.contains(&(namespace_of(self.meta()), name_of(self.meta())))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -344,9 +341,10 @@ macro_rules! registry {
                 to.backend_tls_policies.insert(key, s.clone());
             }
         }
-        fn same_computed_status(&self, a: &Status, b: &Status) -> bool {
-            let key = ObjectKey::of(self.meta());
-            a.backend_tls_policies.get(&key) == b.backend_tls_policies.get(&key)
+        fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
+            changed
+                .backend_tls_policies
+                .contains(&(namespace_of(self.meta()), name_of(self.meta())))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -413,6 +411,16 @@ fn same_meta(
         && *owner_references == b.owner_references
         && *self_link == b.self_link
         && *uid == b.uid
+}
+
+/// The namespace an [`ObjectKey`] of this object holds (`default` when unset), borrowed.
+fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.namespace.as_deref().unwrap_or("default")
+}
+
+/// The name an [`ObjectKey`] of this object holds, borrowed.
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
 }
 
 fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {

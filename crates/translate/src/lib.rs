@@ -196,6 +196,19 @@ pub struct ServiceAddresses {
     pub cluster: Vec<PublishedAddress>,
 }
 
+/// The objects whose status changed between two [`Status`]es ([`Status::changed_since`]),
+/// by borrowed keys: looked up without building an owned key per object.
+#[derive(Debug, Default)]
+pub struct ChangedStatus<'a> {
+    pub gateway_classes: std::collections::HashSet<&'a str>,
+    /// (namespace, name)
+    pub gateways: std::collections::HashSet<(&'a str, &'a str)>,
+    pub listener_sets: std::collections::HashSet<(&'a str, &'a str)>,
+    /// (kind, namespace, name)
+    pub routes: std::collections::HashSet<(&'a str, &'a str, &'a str)>,
+    pub backend_tls_policies: std::collections::HashSet<(&'a str, &'a str)>,
+}
+
 /// Status of every object Gatehouse is responsible for.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Status {
@@ -212,6 +225,92 @@ impl Status {
     /// The status of the route of kind `R` named `key`, if it is ours.
     pub fn route<R: RouteKind>(&self, key: &ObjectKey) -> Option<&RouteStatus> {
         self.routes.get(&RouteKey::of::<R>(key.clone()))
+    }
+
+    /// The objects whose status differs between `self` and `previous` (or is in one of them
+    /// only), found by walking each map of both in key order: linear, comparing neighbours,
+    /// with no lookup per object. The status writer asks [`Kind::computed_status_changed`]
+    /// of every object on every pass, and a new route changes two entries of thousands.
+    pub fn changed_since<'a>(&'a self, previous: &'a Status) -> ChangedStatus<'a> {
+        fn walk<'a, K: Ord, V: PartialEq, T>(
+            now: &'a BTreeMap<K, V>,
+            before: &'a BTreeMap<K, V>,
+            key: impl Fn(&'a K) -> T,
+            out: &mut std::collections::HashSet<T>,
+        ) where
+            T: std::hash::Hash + Eq,
+        {
+            let (mut a, mut b) = (now.iter().peekable(), before.iter().peekable());
+            loop {
+                match (a.peek(), b.peek()) {
+                    (None, None) => break,
+                    (Some((k, _)), None) => {
+                        out.insert(key(k));
+                        a.next();
+                    }
+                    (None, Some((k, _))) => {
+                        out.insert(key(k));
+                        b.next();
+                    }
+                    (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                        std::cmp::Ordering::Less => {
+                            out.insert(key(ka));
+                            a.next();
+                        }
+                        std::cmp::Ordering::Greater => {
+                            out.insert(key(kb));
+                            b.next();
+                        }
+                        std::cmp::Ordering::Equal => {
+                            if va != vb {
+                                out.insert(key(ka));
+                            }
+                            a.next();
+                            b.next();
+                        }
+                    },
+                }
+            }
+        }
+        let mut changed = ChangedStatus::default();
+        let by_key = |k: &'a ObjectKey| (k.namespace.as_str(), k.name.as_str());
+        walk(
+            &self.gateway_classes,
+            &previous.gateway_classes,
+            |k: &'a String| k.as_str(),
+            &mut changed.gateway_classes,
+        );
+        walk(
+            &self.gateways,
+            &previous.gateways,
+            by_key,
+            &mut changed.gateways,
+        );
+        walk(
+            &self.listener_sets,
+            &previous.listener_sets,
+            by_key,
+            &mut changed.listener_sets,
+        );
+        walk(
+            &self.routes,
+            &previous.routes,
+            |k: &'a RouteKey| {
+                (
+                    k.kind.as_str(),
+                    k.key.namespace.as_str(),
+                    k.key.name.as_str(),
+                )
+            },
+            &mut changed.routes,
+        );
+        walk(
+            &self.backend_tls_policies,
+            &previous.backend_tls_policies,
+            by_key,
+            &mut changed.backend_tls_policies,
+        );
+        changed
     }
 
     /// The routes of kind `R` that have a status.

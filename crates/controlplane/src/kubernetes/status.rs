@@ -39,7 +39,7 @@ use crate::metrics::ResultLabel;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use gatehouse_translate::kinds::{Kind, KindVisitor, StatusShape, for_each_kind};
-use gatehouse_translate::{Input, Status, stamp_status};
+use gatehouse_translate::{ChangedStatus, Input, Status, stamp_status};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
@@ -162,13 +162,14 @@ impl StatusWriter {
             .map(|(k, ns, n)| (k.as_str(), ns.as_str(), n.as_str()))
             .collect();
         let mut settled = Settled::with_capacity(self.settled.len());
+        // The same status as last time (a pass that reused its translation): no object's
+        // computed status can have changed, and none is looked for.
+        let changed = (!Arc::ptr_eq(&self.computed, &previous))
+            .then(|| self.computed.changed_since(&previous));
         let mut plan = Plan {
             input,
             status: &self.computed,
-            previous: &previous,
-            // The same status as last time (a pass that reused its translation): no object's
-            // computed status can have changed.
-            same_status: Arc::ptr_eq(&self.computed, &previous),
+            changed: changed.as_ref(),
             was_settled: &mut self.settled,
             settled: &mut settled,
             sent_lookup: &sent_lookup,
@@ -289,11 +290,11 @@ async fn send_patches(shared: Arc<Shared>) {
 /// The patches one write would send, one per object whose status differs.
 struct Plan<'a> {
     input: &'a Input,
-    /// This pass's computed status, and the previous pass's (neither stamped).
+    /// This pass's computed status (not stamped).
     status: &'a Status,
-    previous: &'a Status,
-    /// `status` is `previous` itself.
-    same_status: bool,
+    /// The objects whose computed status changed since the previous pass's (`None`: the
+    /// previous pass's status itself).
+    changed: Option<&'a ChangedStatus<'a>>,
     /// The objects the last write settled, and those this one settles.
     was_settled: &'a mut Settled,
     settled: &'a mut Settled,
@@ -330,7 +331,9 @@ impl KindVisitor for Plan<'_> {
                 }
             }
             if self.was_settled.contains_key(&address)
-                && (self.same_status || object.same_computed_status(self.status, self.previous))
+                && self
+                    .changed
+                    .is_none_or(|changed| !object.computed_status_changed(changed))
             {
                 let kept = self.was_settled.remove(&address).expect("just found");
                 self.settled.insert(address, kept);
