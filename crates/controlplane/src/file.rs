@@ -82,6 +82,10 @@ pub struct FileSource {
     walked: bool,
     /// Problems of the last walk (an unreadable subdirectory), reported on every load.
     walk_errors: Vec<LoadError>,
+    /// Fill [`Loaded::locations`]: a check needs them; the reconcile loop, which assembles a
+    /// snapshot for every change, does not (it cost an owned key, a path and a map insert per
+    /// object per change).
+    locations: bool,
 }
 
 #[derive(Debug)]
@@ -157,7 +161,14 @@ impl FileSource {
             files: BTreeMap::new(),
             walked: false,
             walk_errors: Vec::new(),
+            locations: true,
         }
+    }
+
+    /// Leaves [`Loaded::locations`] empty: for a reader that never points at lines.
+    pub fn without_locations(mut self) -> Self {
+        self.locations = false;
+        self
     }
 
     /// The file or directory this source reads.
@@ -208,7 +219,7 @@ impl FileSource {
                     for (path, state) in &self.files {
                         if let Some(good) = &state.last_good {
                             out.stale_files.push(path.clone());
-                            contribute(path, good, &mut seen, &mut out);
+                            contribute(path, good, &mut seen, self.locations, &mut out);
                         }
                     }
                     return out;
@@ -303,7 +314,8 @@ impl FileSource {
             errors: self.walk_errors.clone(),
             ..Loaded::default()
         };
-        let mut seen: HashMap<Key, (PathBuf, usize)> = HashMap::new();
+        let mut seen: HashMap<Key, (&Path, usize)> = HashMap::new();
+        let locations = self.locations;
         for (path, state) in &mut self.files {
             let mut errors = Vec::new();
             match &state.read_error {
@@ -346,11 +358,11 @@ impl FileSource {
 
             if errors.is_empty() {
                 state.last_good = Some(state.parsed.objects.clone());
-                contribute(path, &state.parsed.objects, &mut seen, &mut out);
+                contribute(path, &state.parsed.objects, &mut seen, locations, &mut out);
             } else {
                 if let Some(good) = &state.last_good {
                     out.stale_files.push(path.clone());
-                    contribute(path, good, &mut seen, &mut out);
+                    contribute(path, good, &mut seen, locations, &mut out);
                 }
                 out.errors.extend(errors);
             }
@@ -362,10 +374,11 @@ impl FileSource {
 /// Adds a file's objects to the snapshot, skipping (with a warning) any already defined by
 /// an earlier file: this can only happen to last-good content, which was checked against
 /// the files of its own time.
-fn contribute(
-    path: &Path,
+fn contribute<'p>(
+    path: &'p Path,
     objects: &[Located],
-    seen: &mut HashMap<Key, (PathBuf, usize)>,
+    seen: &mut HashMap<Key, (&'p Path, usize)>,
+    locations: bool,
     out: &mut Loaded,
 ) {
     for o in objects {
@@ -381,14 +394,16 @@ fn contribute(
             );
             continue;
         }
-        seen.insert(key, (path.to_owned(), o.line));
-        out.locations.insert(
-            (
-                o.object.kind(),
-                gatehouse_translate::ObjectKey::of(o.object.meta()),
-            ),
-            (path.to_owned(), o.line),
-        );
+        seen.insert(key, (path, o.line));
+        if locations {
+            out.locations.insert(
+                (
+                    o.object.kind(),
+                    gatehouse_translate::ObjectKey::of(o.object.meta()),
+                ),
+                (path.to_owned(), o.line),
+            );
+        }
         Arc::clone(&o.object).push_into(&mut out.input);
     }
 }

@@ -56,7 +56,7 @@ pub struct WatchedFiles {
 impl WatchedFiles {
     /// Starts watching before the first load, so no change is missed.
     pub fn new(path: impl Into<PathBuf>) -> anyhow::Result<WatchedFiles> {
-        let files = FileSource::new(path);
+        let files = FileSource::new(path).without_locations();
         let watch = files.watch()?;
         Ok(WatchedFiles {
             files,

@@ -918,3 +918,31 @@ fn a_file_list_a_walk_would_not_read_falls_back_to_a_walk() {
     let loaded = source.load_changed(&Changes::Files([dir.path().join("a.yaml")].into()));
     assert_eq!(route_names(&loaded), ["ra2", "rb", "rc", "rd"]);
 }
+
+/// The reconcile loop's source reads without locations: the same objects and the same
+/// duplicate errors, with no location map built for every change.
+#[test]
+fn without_locations_the_objects_and_errors_are_the_same() {
+    let dir = TempDir::new();
+    dir.write(
+        "a.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\nspec: {}\n",
+    );
+    dir.write(
+        "b.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\nspec: {}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: s, namespace: ns}\nspec: {}\n",
+    );
+    let with = FileSource::new(dir.path()).load();
+    let without = FileSource::new(dir.path()).without_locations().load();
+    assert_eq!(route_names(&with), route_names(&without));
+    assert_eq!(route_names(&without), ["r"]);
+    let messages = |l: &Loaded| l.errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(messages(&with), messages(&without));
+    assert!(
+        messages(&without)[0].contains("already defined at"),
+        "{:?}",
+        messages(&without)
+    );
+    assert_eq!(with.locations.len(), 1);
+    assert!(without.locations.is_empty());
+}
