@@ -10,6 +10,10 @@ use gatehouse_testkit::manifests::{self, Listener};
 use gatehouse_translate::{Options, translate};
 use std::time::{Duration, Instant};
 
+/// The allocator the gatehouse binary runs translate with.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let routes: usize = args.next().map_or(5000, |a| a.parse().expect("ROUTES"));
