@@ -65,6 +65,9 @@ pub struct ControlMetrics {
     pub source_errors: Gauge,
     /// Controller mode: status patches by result (patched, conflict, failed).
     pub status_writes: Family<ResultLabel, Counter>,
+    /// Pauses before a pass while changes keep coming faster than passes may take (the
+    /// reconcile loop's pacing): how often, and how long in all.
+    pub pacing_pauses: Histogram,
     /// Controller mode: 1 while every watch of the Kubernetes API works, 0 during an outage.
     pub api_connected: Gauge,
     /// Per listener: 1 while Programmed (bound and serving), 0 otherwise.
@@ -87,6 +90,8 @@ impl ControlMetrics {
             stage_duration: Family::new_with_constructor(stage_histogram),
             source_errors: Gauge::default(),
             status_writes: Family::default(),
+            // From 1 ms to ~1 s (a pause is at most one second).
+            pacing_pauses: Histogram::new(exponential_buckets(0.001, 2.0, 11)),
             api_connected: Gauge::default(),
             listener_programmed: Family::default(),
         };
@@ -102,13 +107,18 @@ impl ControlMetrics {
         );
         registry.register(
             "gatehouse_config_reconciles",
-            "Reconciliations of the sources, by result (applied, unchanged, error)",
+            "Reconciliations of the sources, by result (applied; unchanged; reused: nothing translate reads changed, only status was written; error)",
             m.reconciles.clone(),
         );
         registry.register(
             "gatehouse_config_pass_stage_duration_seconds",
             "Time each stage of a reconcile pass took (snapshot, translate, compare, apply, status, status_queue); apply only when the configuration changed",
             m.stage_duration.clone(),
+        );
+        registry.register(
+            "gatehouse_config_pacing_pause_seconds",
+            "Pauses of the reconcile loop before a pass, taken while changes keep coming faster than passes may spend half of one core on them",
+            m.pacing_pauses.clone(),
         );
         registry.register(
             "gatehouse_config_source_errors",

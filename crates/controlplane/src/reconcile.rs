@@ -141,6 +141,10 @@ impl<S: Source> Reconciler<S> {
             if work {
                 let pause = budget.pause(Instant::now());
                 if !pause.is_zero() {
+                    self.state
+                        .metrics
+                        .pacing_pauses
+                        .observe(pause.as_secs_f64());
                     tokio::select! {
                         _ = stop.cancelled() => break,
                         _ = tokio::time::sleep(pause) => {}

@@ -123,3 +123,49 @@ async fn changes_apply_under_load_without_failed_requests() {
     assert!(gw.generation() >= 22, "every change produced a generation");
     gw.stop().await;
 }
+
+/// A file rewritten with nothing translate reads changed (a comment, the same objects in new
+/// copies) reuses the last translation: a pass runs, nothing is applied, and traffic is
+/// untouched; the next real change is translated and applied as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_that_changes_nothing_reuses_the_last_translation() {
+    let a = echo("a").await;
+    let b = echo("b").await;
+    let port = free_port();
+    let backends = format!("{}{}", service("a", &[a], None), service("b", &[b], None));
+    let gw = Gateway::start(&[
+        ("gateway.yaml", gateway(&[("http", port)])),
+        ("backends.yaml", backends),
+        ("routes.yaml", routes("a", 1)),
+    ])
+    .await;
+    let admin = gw.admin();
+    let reused = || {
+        metric(
+            admin,
+            "gatehouse_config_reconciles_total{result=\"reused\"}",
+        )
+    };
+    let (before, generation) = (reused().await, gw.generation());
+
+    gw.write(
+        "routes.yaml",
+        &format!("# the same route, a comment added\n{}", routes("a", 1)),
+    );
+    eventually("a reused pass", Duration::from_secs(5), || async {
+        reused().await > before
+    })
+    .await;
+    assert_eq!(gw.generation(), generation, "nothing was applied");
+    let r = client().get(url(port, "/x")).send().await.unwrap();
+    assert_eq!(echo_json(r).await["name"], "a");
+
+    gw.write("routes.yaml", &routes("b", 2));
+    eventually("the real change serves", Duration::from_secs(5), || async {
+        let r = client().get(url(port, "/x")).send().await.unwrap();
+        echo_json(r).await["name"] == "b"
+    })
+    .await;
+    assert_eq!(gw.generation(), generation + 1);
+    gw.stop().await;
+}

@@ -407,6 +407,8 @@ async fn admin_endpoint_serves_health_metrics_config_and_status() {
         // Each stage of the pass is timed; the data plane applied the one configuration once.
         "gatehouse_config_pass_stage_duration_seconds_count{stage=\"apply\"} 1",
         "gatehouse_config_pass_stage_duration_seconds_count{stage=\"translate\"}",
+        // One pass at start-up: nothing to pace.
+        "gatehouse_config_pacing_pause_seconds_count 0",
         "gatehouse_downstream_connections_active",
         "gatehouse_upstream_connect_failures_total",
     ] {
