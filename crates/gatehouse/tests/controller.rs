@@ -645,15 +645,16 @@ async fn external_auth_guards_a_rule_and_a_listener_and_fails_closed() {
     )
     .await;
     assert_eq!(answer(&c, &behind).await.0, 401);
-    assert_eq!(
+    // Status is written off the reconcile loop, after the configuration serves: wait for it.
+    eventually("the route is Accepted", Duration::from_secs(20), || async {
         env.condition(
             "httproute",
             "authed",
             &["status", "parents", "0", "conditions"],
-            "Accepted"
-        ),
-        tt("True", "Accepted")
-    );
+            "Accepted",
+        ) == tt("True", "Accepted")
+    })
+    .await;
     let listener_refs = || {
         env.condition(
             "gateway",
@@ -662,7 +663,12 @@ async fn external_auth_guards_a_rule_and_a_listener_and_fails_closed() {
             "ResolvedRefs",
         )
     };
-    assert_eq!(listener_refs(), tt("True", "ResolvedRefs"));
+    eventually(
+        "the listener's references resolve",
+        Duration::from_secs(20),
+        || async { listener_refs() == tt("True", "ResolvedRefs") },
+    )
+    .await;
 
     // The server's Service goes away: the listener says so and refuses, never lets through.
     kubectl(&["-n", &env.ns, "delete", "service", "auth"], None);
