@@ -180,38 +180,38 @@ impl<S: Source> Reconciler<S> {
         // so nothing can bind in between.
         let serving = self.publisher.serving();
         let last = self.last.take();
-        let (source, adjust, snapshot, translated, times) =
+        let (source, adjust, snapshot, options, translated, times) =
             tokio::task::spawn_blocking(move || {
-                let ((snapshot, reusable), snapshot_took) = timed(|| {
+                let ((snapshot, reused), snapshot_took) = timed(|| {
                     let snapshot = source.snapshot();
                     if let Some(adjust) = adjust.as_mut() {
                         adjust(&snapshot.input, &mut options);
                     }
-                    let reusable = last.filter(|l| l.reads_the_same(&snapshot, &options, &serving));
-                    (snapshot, reusable)
+                    let reused = last.filter(|l| l.reads_the_same(&snapshot, &options, &serving));
+                    (snapshot, reused)
                 });
                 let mut times = PassTimes {
                     snapshot: snapshot_took,
                     ..PassTimes::default()
                 };
-                let translated = match reusable {
+                let translated = match reused {
                     Some(last) => Translated::Reused(last),
                     None => {
                         let (output, took) = timed(|| translate(&snapshot.input, &options));
                         times.translate = took;
-                        Translated::New(output, options)
+                        Translated::New(output)
                     }
                 };
-                (source, adjust, snapshot, translated, times)
+                (source, adjust, snapshot, options, translated, times)
             })
             .await
             .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
-        let (status, config, last) = match translated {
-            Translated::New(mut output, options) => {
+        let (serving, infrastructure) = match translated {
+            Translated::New(mut output) => {
                 let infrastructure = std::mem::take(&mut output.infrastructure);
-                let (status, serving) = publish(
+                let serving = publish(
                     &self.state,
                     &*self.publisher,
                     &snapshot,
@@ -220,49 +220,43 @@ impl<S: Source> Reconciler<S> {
                     times,
                 )
                 .await;
-                let config = self.state.published.load_full().config.clone();
-                let last = LastTranslation {
-                    input: Input::default(),
-                    options,
-                    serving,
-                    errors: snapshot.errors.clone(),
-                    warnings: snapshot.warnings.clone(),
-                    pending: snapshot.pending.clone(),
-                    infrastructure,
-                };
-                (status, config, last)
+                (serving, infrastructure)
             }
             Translated::Reused(last) => {
                 // Only what Gatehouse writes changed (status, and the resourceVersions its
                 // writes bumped): a translation would give the last output again, and stamping
                 // it against the last status would give that status. Only status is written.
-                let published = self.state.published.load_full();
                 self.state.metrics.stage(Stage::Snapshot, times.snapshot);
                 self.state
                     .metrics
                     .reconciles
                     .get_or_create(&ResultLabel { result: "reused" })
                     .inc();
-                (
-                    Arc::clone(&published.status),
-                    published.config.clone(),
-                    last,
-                )
+                (last.serving, last.infrastructure)
             }
         };
         if let Some(sink) = self.status.as_mut() {
-            // The sink's writer counts the patches in gatehouse_status_writes_total as they
-            // finish.
+            // What was just published, or what the reused pass published: the same status
+            // `Arc`, so the writer can tell it is unchanged. The sink's writer counts the
+            // patches in gatehouse_status_writes_total as they finish.
+            let published = self.state.published.load_full();
             let t = Instant::now();
-            sink.write(&snapshot.input, status, &config, &last.infrastructure)
-                .await;
+            sink.write(
+                &snapshot.input,
+                Arc::clone(&published.status),
+                &published.config,
+                &infrastructure,
+            )
+            .await;
             self.state.metrics.stage(Stage::StatusQueue, t.elapsed());
         }
         // The newest snapshot, whichever of the two read the same: its objects are the ones
         // the store still shares, so the next comparison finds them by pointer.
         self.last = Some(LastTranslation {
-            input: snapshot.input,
-            ..last
+            snapshot,
+            options,
+            serving,
+            infrastructure,
         });
     }
 }
@@ -270,7 +264,7 @@ impl<S: Source> Reconciler<S> {
 /// What a pass made of its snapshot. One per pass, moved once: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Translated {
-    New(Output, TranslateOptions),
+    New(Output),
     /// The snapshot reads as the last one did.
     Reused(LastTranslation),
 }
@@ -281,12 +275,10 @@ enum Translated {
 /// its snapshot, the status that pass computed waits for the event (`status.rs`) and needs a
 /// pass of its own, in which nothing but resourceVersions and status changed.
 struct LastTranslation {
-    input: Input,
+    snapshot: SourceSnapshot,
     options: TranslateOptions,
+    /// What was serving when its status was published.
     serving: Serving,
-    errors: Vec<String>,
-    warnings: Vec<String>,
-    pending: Vec<String>,
     infrastructure: BTreeMap<ObjectKey, Infrastructure>,
 }
 
@@ -299,12 +291,13 @@ impl LastTranslation {
         options: &TranslateOptions,
         serving: &Serving,
     ) -> bool {
+        let last = &self.snapshot;
         self.options == *options
             && self.serving == *serving
-            && self.errors == snapshot.errors
-            && self.warnings == snapshot.warnings
-            && self.pending == snapshot.pending
-            && self.input.same_to_translate(&snapshot.input)
+            && last.errors == snapshot.errors
+            && last.warnings == snapshot.warnings
+            && last.pending == snapshot.pending
+            && last.input.same_to_translate(&snapshot.input)
     }
 }
 
@@ -401,8 +394,8 @@ impl PassBudget {
 }
 
 /// Applies a translated configuration to the data plane (only if it changed) and publishes
-/// what the admin endpoint serves. Returns the status, stamped against the previous one, and
-/// what was serving when it was.
+/// what the admin endpoint serves, with the status stamped against the previous one. Returns
+/// what was serving when that status was computed.
 async fn publish(
     state: &ControlState,
     publisher: &dyn Publisher,
@@ -410,7 +403,7 @@ async fn publish(
     output: Output,
     started: Instant,
     mut times: PassTimes,
-) -> (Arc<Status>, Serving) {
+) -> Serving {
     let errors = snapshot.errors.clone();
     state.metrics.source_errors.set(errors.len() as i64);
     let previous = state.published.load_full();
@@ -458,11 +451,10 @@ async fn publish(
         .collect();
     state.set_missing(missing);
     state.metrics.set_listeners(&status);
-    let status = Arc::new(status);
     state.published.store(Arc::new(Published {
         generation,
         config,
-        status: Arc::clone(&status),
+        status: Arc::new(status),
         input: snapshot.input.clone(),
         errors,
         warnings: snapshot.warnings.clone(),
@@ -499,7 +491,7 @@ async fn publish(
         .get_or_create(&ResultLabel { result })
         .inc();
     state.set_generation(generation);
-    (status, serving)
+    serving
 }
 
 #[cfg(test)]

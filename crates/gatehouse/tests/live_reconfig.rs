@@ -17,19 +17,25 @@ fn routes(backend: &str, version: u32) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_apply_under_load_without_failed_requests() {
+/// A gateway on one HTTP port with echo backends `a` and `b`, its route to `a` at `version`.
+async fn two_backends(version: u32) -> (Gateway, u16) {
     let a = echo("a").await;
     let b = echo("b").await;
     let port = free_port();
-    let extra_port = free_port();
     let backends = format!("{}{}", service("a", &[a], None), service("b", &[b], None));
     let gw = Gateway::start(&[
         ("gateway.yaml", gateway(&[("http", port)])),
         ("backends.yaml", backends),
-        ("routes.yaml", routes("a", 0)),
+        ("routes.yaml", routes("a", version)),
     ])
     .await;
+    (gw, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_apply_under_load_without_failed_requests() {
+    let (gw, port) = two_backends(0).await;
+    let extra_port = free_port();
 
     // Load: 4 workers, each with its own kept-alive connection, until told to stop.
     let stop = Arc::new(AtomicBool::new(false));
@@ -129,16 +135,7 @@ async fn changes_apply_under_load_without_failed_requests() {
 /// untouched; the next real change is translated and applied as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_that_changes_nothing_reuses_the_last_translation() {
-    let a = echo("a").await;
-    let b = echo("b").await;
-    let port = free_port();
-    let backends = format!("{}{}", service("a", &[a], None), service("b", &[b], None));
-    let gw = Gateway::start(&[
-        ("gateway.yaml", gateway(&[("http", port)])),
-        ("backends.yaml", backends),
-        ("routes.yaml", routes("a", 1)),
-    ])
-    .await;
+    let (gw, port) = two_backends(1).await;
     let admin = gw.admin();
     let reused = || {
         metric(

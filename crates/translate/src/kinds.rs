@@ -237,7 +237,7 @@ macro_rules! registry {
     (@namespaced namespaced) => { true };
     (@namespaced cluster) => { false };
     (@role route) => {
-        registry!(@status_json);
+        registry!(@written);
         const STATUS: StatusShape = StatusShape::Shared("parents");
         fn findings(&self) -> Vec<Finding> {
             <Self as crate::RouteKind>::findings(self)
@@ -253,8 +253,8 @@ macro_rules! registry {
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
-            let kind = Self::kind(&());
-            changed.routes.contains(&(kind.as_ref(), namespace_of(self.meta()), name_of(self.meta())))
+            let (namespace, name) = crate::key_of(self.meta());
+            changed.routes.contains(&(Self::kind(&()).as_ref(), namespace, name))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(carried) = <Self as crate::RouteKind>::carried_status(self) {
@@ -264,7 +264,7 @@ macro_rules! registry {
         }
     };
     (@role class) => {
-        registry!(@status_json);
+        registry!(@written);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateway_classes.get(&name(self.meta())).map(json)
@@ -276,7 +276,7 @@ macro_rules! registry {
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
-            changed.gateway_classes.contains(name_of(self.meta()))
+            changed.gateway_classes.contains(crate::key_of(self.meta()).1)
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -285,7 +285,7 @@ macro_rules! registry {
         }
     };
     (@role gateway) => {
-        registry!(@status_json);
+        registry!(@written);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.gateways.get(&ObjectKey::of(self.meta())).map(json)
@@ -297,7 +297,7 @@ macro_rules! registry {
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
-            changed.gateways.contains(&(namespace_of(self.meta()), name_of(self.meta())))
+            changed.gateways.contains(&crate::key_of(self.meta()))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -306,7 +306,7 @@ macro_rules! registry {
         }
     };
     (@role listener_set) => {
-        registry!(@status_json);
+        registry!(@written);
         const STATUS: StatusShape = StatusShape::Whole;
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status.listener_sets.get(&ObjectKey::of(self.meta())).map(json)
@@ -318,7 +318,7 @@ macro_rules! registry {
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
-            changed.listener_sets.contains(&(namespace_of(self.meta()), name_of(self.meta())))
+            changed.listener_sets.contains(&crate::key_of(self.meta()))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -327,7 +327,7 @@ macro_rules! registry {
         }
     };
     (@role policy) => {
-        registry!(@status_json);
+        registry!(@written);
         const STATUS: StatusShape = StatusShape::Shared("ancestors");
         fn computed_status(&self, status: &Status) -> Option<serde_json::Value> {
             status
@@ -342,9 +342,7 @@ macro_rules! registry {
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
-            changed
-                .backend_tls_policies
-                .contains(&(namespace_of(self.meta()), name_of(self.meta())))
+            changed.backend_tls_policies.contains(&crate::key_of(self.meta()))
         }
         fn carried_status(&self, status: &mut Status) {
             if let Some(s) = &self.status {
@@ -354,7 +352,8 @@ macro_rules! registry {
             }
         }
     };
-    (@status_json) => {
+    // Kinds whose status Gatehouse writes: translate reads their spec and metadata only.
+    (@written) => {
         fn status_json(&self) -> serde_json::Value {
             self.status.as_ref().map_or(serde_json::Value::Null, json)
         }
@@ -411,16 +410,6 @@ fn same_meta(
         && *owner_references == b.owner_references
         && *self_link == b.self_link
         && *uid == b.uid
-}
-
-/// The namespace an [`ObjectKey`] of this object holds (`default` when unset), borrowed.
-fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.namespace.as_deref().unwrap_or("default")
-}
-
-/// The name an [`ObjectKey`] of this object holds, borrowed.
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or_default()
 }
 
 fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -511,11 +500,12 @@ fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    // A store that replaced an object keeps its place: position by position first.
+    // A store that replaced an object keeps its place: position by position first (the
+    // comparison includes name and namespace).
     let in_place = a
         .iter()
         .zip(b)
-        .all(|(x, y)| Arc::ptr_eq(x, y) || (same_key(&**x, &**y) && x.same_to_translate(y)));
+        .all(|(x, y)| Arc::ptr_eq(x, y) || x.same_to_translate(y));
     if in_place {
         return true;
     }
@@ -532,18 +522,9 @@ fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
 
 /// The objects by namespace and name; `None` when a key is there twice.
 fn by_key<K: Kind>(list: &[Arc<K>]) -> Option<HashMap<(&str, &str), &K>> {
-    let map: HashMap<_, _> = list.iter().map(|o| (key_of(&**o), &**o)).collect();
+    let map: HashMap<_, _> = list
+        .iter()
+        .map(|o| (crate::key_of(o.meta()), &**o))
+        .collect();
     (map.len() == list.len()).then_some(map)
-}
-
-fn key_of<K: Kind>(o: &K) -> (&str, &str) {
-    let meta = o.meta();
-    (
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-    )
-}
-
-fn same_key<K: Kind>(a: &K, b: &K) -> bool {
-    key_of(a) == key_of(b)
 }

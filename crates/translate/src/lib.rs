@@ -30,7 +30,7 @@ pub use conditions::stamp_status;
 pub use infrastructure::Infrastructure;
 pub use kinds::{Input, Kind};
 pub use listener_tls::{FrontendValidation, frontend_validations};
-pub use objects::{GATEWAY_GROUP, ObjectKey};
+pub use objects::{GATEWAY_GROUP, ObjectKey, key_of};
 pub use parameters::{GatehouseParameters, ResolvedParameters};
 pub use routes::{ParentRef, RouteKey, RouteKind, RouteParentStatus, RouteStatus};
 

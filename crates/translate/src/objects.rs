@@ -24,7 +24,8 @@ impl ObjectKey {
     }
 
     pub fn of(meta: &ObjectMeta) -> Self {
-        ObjectKey::new(namespace(meta), meta.name.clone().unwrap_or_default())
+        let (namespace, name) = key_of(meta);
+        ObjectKey::new(namespace, name)
     }
 }
 
@@ -35,9 +36,16 @@ impl std::fmt::Display for ObjectKey {
 }
 
 pub fn namespace(meta: &ObjectMeta) -> String {
-    meta.namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_string())
+    key_of(meta).0.to_string()
+}
+
+/// [`ObjectKey::of`] borrowed, for lookups that run for every object on every pass:
+/// (namespace, `default` when unset; name).
+pub fn key_of(meta: &ObjectMeta) -> (&str, &str) {
+    (
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// A route's [`age_key`], computed once per pass and shared by its attachments and their

@@ -27,12 +27,10 @@ use tokio::sync::mpsc;
 /// name.
 pub type ObjectRef = (String, String, String);
 
+/// Owned [`gatehouse_translate::key_of`]: the writer looks objects up by its borrowed form.
 pub fn object_ref(kind: String, meta: &ObjectMeta) -> ObjectRef {
-    (
-        kind,
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
+    let (namespace, name) = gatehouse_translate::key_of(meta);
+    (kind, namespace.to_owned(), name.to_owned())
 }
 
 /// Shared by the source's watches and the status writer.

@@ -321,8 +321,7 @@ impl KindVisitor for Plan<'_> {
             let meta = object.meta();
             let address = Arc::as_ptr(object) as *const () as usize;
             if !self.sent_lookup.is_empty() {
-                let namespace = meta.namespace.as_deref().unwrap_or("default");
-                let name = meta.name.as_deref().unwrap_or_default();
+                let (namespace, name) = gatehouse_translate::key_of(meta);
                 if self.sent_lookup.contains(&(kind.as_str(), namespace, name)) {
                     self.seen.insert(
                         object_ref(kind.clone(), meta),
