@@ -16,6 +16,10 @@
 //!   that patch: its object is left alone, because the watch event of our write is on its way
 //!   and triggers the reconcile that sees the object as it is now. Patching from the stale copy
 //!   would only earn a conflict (this is what made concurrent writes conflict by the hundred).
+//!   The same holds when the stale copy already carries what the pass computed: our patch on
+//!   its way carries an older computation and will replace it (a Gateway's Programmed=False
+//!   Pending, written just before its data plane acknowledged), so that object, too, is
+//!   compared again in the pass its echo starts, not taken as written.
 //! - A write that fails for another reason (the API server unreachable) is forgotten: the next
 //!   reconcile writes that object again (as before the writer had a task of its own).
 //! - An object is compared only when it may need a write: an object found with nothing to
@@ -87,7 +91,8 @@ pub struct Written {
     pub compared: usize,
     /// Patches queued (a queued patch of the same object not yet sent was replaced).
     pub queued: usize,
-    /// Objects left alone because the snapshot predates our own patch of them.
+    /// Objects left alone because the snapshot predates our own patch of them (whether or
+    /// not they would have been written).
     pub stale: usize,
 }
 
@@ -200,8 +205,18 @@ impl StatusWriter {
             in_flight,
             sent,
         } = &mut *q;
-        for key in &unchanged {
+        for (key, resource_version, address) in &unchanged {
             pending.remove(key);
+            if sent.get(key) == Some(resource_version) {
+                // The snapshot predates our own patch of this very version, still in flight
+                // or just answered: it carries the status we found equal, and our patch is
+                // about to replace it with an older computation (a route that became serving
+                // while its Pending status was on its way). Wait for the patch's echo, and for
+                // the pass it starts, which compares again. Found unsettled then, too.
+                self.shared.echoes.awaited(key);
+                self.settled.remove(address);
+                w.stale += 1;
+            }
         }
         for (key, job) in patches {
             if sent.get(&key) == Some(&job.resource_version) {
@@ -304,7 +319,8 @@ struct Plan<'a> {
     ours: &'a str,
     client: &'a Client,
     patches: Vec<(WriteKey, Job)>,
-    unchanged: Vec<WriteKey>,
+    /// Objects with nothing to write: key, the version the snapshot shows, the settled address.
+    unchanged: Vec<(WriteKey, Option<String>, usize)>,
     /// The objects of `sent_lookup` still there, and the version the snapshot shows.
     seen: HashMap<WriteKey, Option<String>>,
     /// How many objects were compared (the others were settled).
@@ -360,11 +376,12 @@ impl KindVisitor for Plan<'_> {
             ) else {
                 // Nothing of ours to write or remove.
                 settle(self.settled);
+                self.unchanged.push((key, resource_version, address));
                 continue;
             };
             if new == carried {
                 settle(self.settled);
-                self.unchanged.push(key);
+                self.unchanged.push((key, resource_version, address));
                 continue;
             }
             let api = api_in::<K>(self.client, &key.1);
@@ -623,6 +640,128 @@ spec: {parentRefs: [{name: gw}], hostnames: [two.example.com]}
         deleted.http_routes.remove(0);
         writer.write(&deleted, Arc::new(status.clone()));
         assert_eq!(writer.settled.len(), 3, "GatewayClass, Gateway and r2");
+    }
+
+    /// A pass whose snapshot predates our patch in flight, and finds the status it computes
+    /// already carried there (the older computation is on its way to replace it), must not
+    /// take the object as written: the patch's echo starts the pass that writes it again.
+    /// Before, that echo started nothing, and a Gateway stayed Programmed=False Pending after
+    /// its data plane had acknowledged, until some other change came.
+    #[tokio::test]
+    async fn a_status_found_on_a_copy_older_than_our_patch_in_flight_is_written_after_the_echo() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let manifests = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: c}
+spec: {controllerName: me.io/c}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: a}
+spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: a}
+spec: {parentRefs: [{name: gw}], hostnames: [one.example.com]}
+"#;
+        let options = gatehouse_translate::Options {
+            controller_name: "me.io/c".into(),
+            ..gatehouse_translate::Options::default()
+        };
+        let plain = gatehouse_testkit::manifests::input(manifests);
+        let status = gatehouse_translate::translate(&plain, &options).status;
+        // Every object at version 1, carrying the status computed now.
+        let input = carrying(&plain, &status, "1");
+        let mut older = status.clone();
+        let route = older.routes.keys().next().cloned().unwrap();
+        older.routes.remove(&route);
+
+        // An API server that answers the route's PATCH (with version 2) once told to.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let release = Arc::new(Notify::new());
+        let server = tokio::spawn({
+            let release = release.clone();
+            async move {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = conn.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the client closed before its request");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let head = String::from_utf8_lossy(&request).to_string();
+                assert!(
+                    head.starts_with(
+                        "PATCH /apis/gateway.networking.k8s.io/v1/namespaces/a/httproutes/r/status"
+                    ),
+                    "{head}"
+                );
+                release.notified().await;
+                let body = json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1",
+                    "kind": "HTTPRoute",
+                    "metadata": {"name": "r", "namespace": "a", "resourceVersion": "2"},
+                    "spec": {},
+                })
+                .to_string();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                conn.write_all(response.as_bytes()).await.unwrap();
+                // Held open until the client is done with it.
+                let _ = conn.read(&mut buf).await;
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        let echoes = Arc::new(Echoes::new(tx));
+        let mut writer = StatusWriter::new(client, "me.io/c", echoes.clone());
+        let in_flight = |writer: &StatusWriter| {
+            writer
+                .shared
+                .queue
+                .lock()
+                .unwrap()
+                .in_flight
+                .iter()
+                .any(|(kind, _, name)| kind == "HTTPRoute" && name == "r")
+        };
+
+        // A pass computes the older status (the route's entry removed): one patch, sent.
+        let w = writer.write(&input, Arc::new(older));
+        assert_eq!(w.queued, 1, "{w:?}");
+        for _ in 0..500 {
+            if in_flight(&writer) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(in_flight(&writer), "the patch was not sent");
+
+        // The next pass, from the same snapshot, computes what the object carries now.
+        let w = writer.write(&input, Arc::new(status.clone()));
+        assert_eq!((w.queued, w.stale), (0, 1), "{w:?}");
+
+        // The patch lands (version 2), and its watch event arrives: it must start a pass.
+        release.notify_one();
+        for _ in 0..500 {
+            if !in_flight(&writer) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(!in_flight(&writer), "the patch did not answer");
+        let key: ObjectRef = ("HTTPRoute".into(), "a".into(), "r".into());
+        assert!(
+            !echoes.quiet(&key, Some("2")),
+            "the echo of the older status started no pass"
+        );
+        server.abort();
     }
 
     #[test]
