@@ -232,6 +232,20 @@ impl<S: Source> Reconciler<S> {
                     .reconciles
                     .get_or_create(&ResultLabel { result: "reused" })
                     .inc();
+                // The published state moves on to this snapshot's objects: `/status` shows
+                // them as they are now, and the versions they replaced (our own status writes
+                // replace every object we write) are not kept alive by the published state.
+                let previous = self.state.published.load_full();
+                self.state.published.store(Arc::new(Published {
+                    generation: previous.generation,
+                    config: Arc::clone(&previous.config),
+                    status: Arc::clone(&previous.status),
+                    input: snapshot.input.clone(),
+                    errors: previous.errors.clone(),
+                    warnings: previous.warnings.clone(),
+                    bind_errors: previous.bind_errors.clone(),
+                    diagnostics: previous.diagnostics.clone(),
+                }));
                 (last.serving, last.infrastructure)
             }
         };

@@ -145,15 +145,29 @@ async fn a_rewrite_that_changes_nothing_reuses_the_last_translation() {
     };
     let (before, generation) = (reused().await, gw.generation());
 
-    gw.write(
-        "routes.yaml",
-        &format!("# the same route, a comment added\n{}", routes("a", 1)),
+    // The same route, a comment and a resourceVersion added: neither is read by translate.
+    let rewritten = routes("a", 1).replacen(
+        "metadata: {name: live,",
+        "metadata: {resourceVersion: \"7\", name: live,",
+        1,
     );
+    assert_ne!(rewritten, routes("a", 1));
+    gw.write("routes.yaml", &format!("# a comment added\n{rewritten}"));
     eventually("a reused pass", Duration::from_secs(5), || async {
         reused().await > before
     })
     .await;
     assert_eq!(gw.generation(), generation, "nothing was applied");
+    // /status shows the objects as they are now, not as the last translation saw them.
+    let status = gw.status().await;
+    let route = status["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "HTTPRoute" && o["metadata"]["name"] == "live")
+        .cloned()
+        .expect("the route in /status");
+    assert_eq!(route["metadata"]["resourceVersion"], "7", "{route}");
     let r = client().get(url(port, "/x")).send().await.unwrap();
     assert_eq!(echo_json(r).await["name"], "a");
 
