@@ -210,9 +210,9 @@ impl StatusWriter {
             if sent.get(key) == Some(resource_version) {
                 // The snapshot predates our own patch of this very version, still in flight
                 // or just answered: it carries the status we found equal, and our patch is
-                // about to replace it with an older computation (a route that became serving
-                // while its Pending status was on its way). Wait for the patch's echo, and for
-                // the pass it starts, which compares again. Found unsettled then, too.
+                // about to replace it with an older computation (a Gateway whose data plane
+                // acknowledged while its Pending status was on its way). Wait for the patch's
+                // echo, and for the pass it starts, which compares it again, unsettled.
                 self.shared.echoes.awaited(key);
                 self.settled.remove(address);
                 w.stale += 1;
