@@ -551,11 +551,8 @@ spec: {ports: [{port: 80}]}
         set.0
     }
 
-    /// An object found with its status written is not serialised and compared again until
-    /// its resourceVersion or its computed status changes.
-    #[tokio::test]
-    async fn settled_objects_are_compared_again_only_when_they_or_their_status_change() {
-        let manifests = r#"
+    /// Our class and a Gateway of it, controller `me.io/c`: the writer tests' setting.
+    const CLASS_AND_GATEWAY: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: c}
@@ -565,27 +562,33 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: a}
 spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: r1, namespace: a}
-spec: {parentRefs: [{name: gw}], hostnames: [one.example.com]}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: r2, namespace: a}
-spec: {parentRefs: [{name: gw}], hostnames: [two.example.com]}
 "#;
+
+    /// An HTTPRoute `name` on that Gateway, with a hostname of its own.
+    fn route(name: &str) -> String {
+        format!(
+            "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: a}}\nspec: {{parentRefs: [{{name: gw}}], hostnames: [{name}.example.com]}}\n"
+        )
+    }
+
+    fn options() -> gatehouse_translate::Options {
+        gatehouse_translate::Options {
+            controller_name: "me.io/c".into(),
+            ..gatehouse_translate::Options::default()
+        }
+    }
+
+    /// An object found with its status written is not serialised and compared again until
+    /// its resourceVersion or its computed status changes.
+    #[tokio::test]
+    async fn settled_objects_are_compared_again_only_when_they_or_their_status_change() {
+        let manifests = format!("{CLASS_AND_GATEWAY}{}{}", route("r1"), route("r2"));
         let input = carrying(
-            &gatehouse_testkit::manifests::input(manifests),
+            &gatehouse_testkit::manifests::input(&manifests),
             &Status::default(),
             "1",
         );
-        let options = gatehouse_translate::Options {
-            controller_name: "me.io/c".into(),
-            ..gatehouse_translate::Options::default()
-        };
-        let status = gatehouse_translate::translate(&input, &options).status;
+        let status = gatehouse_translate::translate(&input, &options()).status;
         assert_eq!(status.routes.len(), 2);
         // Nothing listens here: the patches fail, which only the first write cares about.
         let client =
@@ -650,28 +653,9 @@ spec: {parentRefs: [{name: gw}], hostnames: [two.example.com]}
     #[tokio::test]
     async fn a_status_found_on_a_copy_older_than_our_patch_in_flight_is_written_after_the_echo() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let manifests = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: c}
-spec: {controllerName: me.io/c}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: a}
-spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: r, namespace: a}
-spec: {parentRefs: [{name: gw}], hostnames: [one.example.com]}
-"#;
-        let options = gatehouse_translate::Options {
-            controller_name: "me.io/c".into(),
-            ..gatehouse_translate::Options::default()
-        };
-        let plain = gatehouse_testkit::manifests::input(manifests);
-        let status = gatehouse_translate::translate(&plain, &options).status;
+        let manifests = format!("{CLASS_AND_GATEWAY}{}", route("r"));
+        let plain = gatehouse_testkit::manifests::input(&manifests);
+        let status = gatehouse_translate::translate(&plain, &options()).status;
         // Every object at version 1, carrying the status computed now.
         let input = carrying(&plain, &status, "1");
         let mut older = status.clone();
