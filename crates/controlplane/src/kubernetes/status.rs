@@ -181,22 +181,14 @@ impl StatusWriter {
             now: Timestamp::now(),
             ours: &self.controller_name,
             client: &self.client,
-            patches: Vec::new(),
-            unchanged: Vec::new(),
+            compared: Vec::new(),
             seen: HashMap::new(),
-            compared: 0,
         };
         for_each_kind(&mut plan);
-        let Plan {
-            patches,
-            unchanged,
-            seen,
-            compared,
-            ..
-        } = plan;
+        let Plan { compared, seen, .. } = plan;
         self.settled = settled;
         let mut w = Written {
-            compared,
+            compared: compared.len(),
             ..Written::default()
         };
         let mut q = self.shared.queue.lock().expect("never poisoned");
@@ -205,30 +197,42 @@ impl StatusWriter {
             in_flight,
             sent,
         } = &mut *q;
-        for (key, resource_version, address) in &unchanged {
-            pending.remove(key);
-            if sent.get(key) == Some(resource_version) {
-                // The snapshot predates our own patch of this very version, still in flight
-                // or just answered: it carries the status we found equal, and our patch is
-                // about to replace it with an older computation (a Gateway whose data plane
-                // acknowledged while its Pending status was on its way). Wait for the patch's
-                // echo, and for the pass it starts, which compares it again, unsettled.
-                self.shared.echoes.awaited(key);
-                self.settled.remove(address);
-                w.stale += 1;
-            }
-        }
-        for (key, job) in patches {
-            if sent.get(&key) == Some(&job.resource_version) {
-                // Our own patch of this very version is in flight or done: wait for its event,
-                // and for the pass it starts.
+        for Compared {
+            key,
+            resource_version,
+            found,
+        } in compared
+        {
+            if sent.get(&key) == Some(&resource_version) {
+                // Our own patch of this very version is in flight or done: the snapshot
+                // predates it. Whether the object needs a write is decided in the pass its
+                // echo starts, not from this copy, also when the copy carries what we computed
+                // (our patch may carry an older computation that is about to replace it: a
+                // Gateway whose data plane acknowledged while its Pending status was on its
+                // way). Left alone, unsettled, and that pass asked for.
                 pending.remove(&key);
                 self.shared.echoes.awaited(&key);
+                if let Found::Settled(address) = found {
+                    self.settled.remove(&address);
+                }
                 w.stale += 1;
                 continue;
             }
-            pending.insert(key, job);
-            w.queued += 1;
+            match found {
+                Found::Settled(_) => {
+                    pending.remove(&key);
+                }
+                Found::Differs(patch) => {
+                    pending.insert(
+                        key,
+                        Job {
+                            resource_version,
+                            patch,
+                        },
+                    );
+                    w.queued += 1;
+                }
+            }
         }
         // Forget what can no longer match a snapshot: objects gone, or seen at another version.
         sent.retain(|k, rv| in_flight.contains(k) || seen.get(k) == Some(rv));
@@ -318,13 +322,25 @@ struct Plan<'a> {
     now: Timestamp,
     ours: &'a str,
     client: &'a Client,
-    patches: Vec<(WriteKey, Job)>,
-    /// Objects with nothing to write: key, the version the snapshot shows, the settled address.
-    unchanged: Vec<(WriteKey, Option<String>, usize)>,
+    /// Every object compared (the others were settled before), with what was found.
+    compared: Vec<Compared>,
     /// The objects of `sent_lookup` still there, and the version the snapshot shows.
     seen: HashMap<WriteKey, Option<String>>,
-    /// How many objects were compared (the others were settled).
-    compared: usize,
+}
+
+/// One object a write compared with what it carries.
+struct Compared {
+    key: WriteKey,
+    /// The version the snapshot shows.
+    resource_version: Option<String>,
+    found: Found,
+}
+
+enum Found {
+    /// Nothing to write: settled, at this address in the writer's map.
+    Settled(usize),
+    /// The patch that writes the difference.
+    Differs(BoxFuture<'static, Outcome>),
 }
 
 impl KindVisitor for Plan<'_> {
@@ -356,11 +372,6 @@ impl KindVisitor for Plan<'_> {
             }
             let key: WriteKey = object_ref(kind.clone(), meta);
             let resource_version = meta.resource_version.clone();
-            let settle = |settled: &mut Settled| {
-                let kept: Arc<dyn std::any::Any + Send + Sync> = object.clone();
-                settled.insert(address, kept);
-            };
-            self.compared += 1;
             // This object alone: stamped against what it carries, then compared with it.
             let mut computed = Status::default();
             object.copy_computed_status(self.status, &mut computed);
@@ -368,22 +379,23 @@ impl KindVisitor for Plan<'_> {
             object.carried_status(&mut carried_status);
             stamp_status(&mut computed, &carried_status, self.now);
             let carried = object.status_json();
-            let Some(new) = new_status(
+            let new = new_status(
                 K::STATUS,
                 &carried,
                 object.computed_status(&computed),
                 self.ours,
-            ) else {
-                // Nothing of ours to write or remove.
-                settle(self.settled);
-                self.unchanged.push((key, resource_version, address));
+            );
+            // `None`: nothing of ours to write or remove.
+            let Some(new) = new.filter(|new| *new != carried) else {
+                let kept: Arc<dyn std::any::Any + Send + Sync> = object.clone();
+                self.settled.insert(address, kept);
+                self.compared.push(Compared {
+                    key,
+                    resource_version,
+                    found: Found::Settled(address),
+                });
                 continue;
             };
-            if new == carried {
-                settle(self.settled);
-                self.unchanged.push((key, resource_version, address));
-                continue;
-            }
             let api = api_in::<K>(self.client, &key.1);
             let body = json!({
                 "metadata": { "resourceVersion": resource_version },
@@ -409,13 +421,11 @@ impl KindVisitor for Plan<'_> {
                     }
                 }
             });
-            self.patches.push((
+            self.compared.push(Compared {
                 key,
-                Job {
-                    resource_version,
-                    patch,
-                },
-            ));
+                resource_version,
+                found: Found::Differs(patch),
+            });
         }
     }
 }
