@@ -662,6 +662,7 @@ spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
     /// its data plane had acknowledged, until some other change came.
     #[tokio::test]
     async fn a_status_found_on_a_copy_older_than_our_patch_in_flight_is_written_after_the_echo() {
+        use gatehouse_testkit::eventually;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let manifests = format!("{CLASS_AND_GATEWAY}{}", route("r"));
         let plain = gatehouse_testkit::manifests::input(&manifests);
@@ -729,13 +730,8 @@ spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
         // A pass computes the older status (the route's entry removed): one patch, sent.
         let w = writer.write(&input, Arc::new(older));
         assert_eq!(w.queued, 1, "{w:?}");
-        for _ in 0..500 {
-            if in_flight(&writer) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(in_flight(&writer), "the patch was not sent");
+        let limit = std::time::Duration::from_secs(5);
+        eventually("the patch to be sent", limit, || in_flight(&writer)).await;
 
         // The next pass, from the same snapshot, computes what the object carries now.
         let w = writer.write(&input, Arc::new(status.clone()));
@@ -743,13 +739,7 @@ spec: {gatewayClassName: c, listeners: [{name: h, port: 80, protocol: HTTP}]}
 
         // The patch lands (version 2), and its watch event arrives: it must start a pass.
         release.notify_one();
-        for _ in 0..500 {
-            if !in_flight(&writer) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(!in_flight(&writer), "the patch did not answer");
+        eventually("the patch to answer", limit, || !in_flight(&writer)).await;
         let key: ObjectRef = ("HTTPRoute".into(), "a".into(), "r".into());
         assert!(
             !echoes.quiet(&key, Some("2")),

@@ -11,7 +11,7 @@ use gatehouse_sync::{
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -197,17 +197,7 @@ impl Applier for TestApplier {
     }
 }
 
-/// Waits until `condition` holds, failing the test after `limit`.
-pub async fn eventually(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use gatehouse_testkit::eventually;
 
 /// Makes writing credentials into `dir` fail (a directory stands where each temporary file
 /// would go), as on a read-only Secret volume; tests run as root, which ignores file modes.
