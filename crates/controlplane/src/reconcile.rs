@@ -226,26 +226,18 @@ impl<S: Source> Reconciler<S> {
                 // Only what Gatehouse writes changed (status, and the resourceVersions its
                 // writes bumped): a translation would give the last output again, and stamping
                 // it against the last status would give that status. Only status is written.
+                // Published before it is counted, as a translated pass is: whoever sees the
+                // count sees what the pass published.
+                let previous = self.state.published.load_full();
+                self.state
+                    .published
+                    .store(Arc::new(previous.with_input(snapshot.input.clone())));
                 self.state.metrics.stage(Stage::Snapshot, times.snapshot);
                 self.state
                     .metrics
                     .reconciles
                     .get_or_create(&ResultLabel { result: "reused" })
                     .inc();
-                // The published state moves on to this snapshot's objects: `/status` shows
-                // them as they are now, and the versions they replaced (our own status writes
-                // replace every object we write) are not kept alive by the published state.
-                let previous = self.state.published.load_full();
-                self.state.published.store(Arc::new(Published {
-                    generation: previous.generation,
-                    config: Arc::clone(&previous.config),
-                    status: Arc::clone(&previous.status),
-                    input: snapshot.input.clone(),
-                    errors: previous.errors.clone(),
-                    warnings: previous.warnings.clone(),
-                    bind_errors: previous.bind_errors.clone(),
-                    diagnostics: previous.diagnostics.clone(),
-                }));
                 (last.serving, last.infrastructure)
             }
         };

@@ -35,6 +35,22 @@ pub struct Published {
 }
 
 impl Published {
+    /// The same configuration, status and messages, computed from objects that read the same
+    /// as `input` (a pass that reused its translation): the report shows the objects as they
+    /// are now, and the versions they replaced are not kept alive here.
+    pub fn with_input(&self, input: Input) -> Published {
+        Published {
+            generation: self.generation,
+            config: Arc::clone(&self.config),
+            status: Arc::clone(&self.status),
+            input,
+            errors: self.errors.clone(),
+            warnings: self.warnings.clone(),
+            bind_errors: self.bind_errors.clone(),
+            diagnostics: self.diagnostics.clone(),
+        }
+    }
+
     /// The objects Gatehouse owns, with status (`kubectl get -o yaml` shape).
     pub fn objects(&self) -> Vec<Value> {
         crate::status_report::objects(&self.input, &self.status)
