@@ -155,6 +155,8 @@ fn listener<'a>(
             }
         }
     }
+    // The rules live as long as the configuration: no spare room from growing by push.
+    rules.shrink_to_fit();
     let mut filters = l.filters.clone();
     for f in &mut filters {
         filter_cluster(f, client_cert, out, &gw.key);

@@ -412,7 +412,9 @@ fn attach_route<R: RouteKind>(
             generation,
         ),
     };
-    let mut parent_statuses = Vec::new();
+    // Sized up front: the status lives as long as the configuration, and a Vec grown by
+    // push keeps room for four parents where nearly every route has one.
+    let mut parent_statuses = Vec::with_capacity(outcomes.len());
     // This route's attachments are the ones pushed from here on: only they can hold its rules.
     let own_from = attachments.len();
     for o in outcomes {
