@@ -60,7 +60,16 @@ fn key_meta(meta: &ObjectMeta) -> ObjectMeta {
 impl<'de, K: Kind> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // Only a document that is not JSON at all is an error for the whole list.
-        let value = serde_json::Value::deserialize(deserializer)?;
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        // managedFields (which field manager set what) is never read: not by translate, not
+        // by the status writer, whose patches do not depend on it. It is often larger than
+        // the rest of the object, and every object is held for as long as it exists.
+        if let Some(meta) = value
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            meta.remove("managedFields");
+        }
         match K::deserialize(&value) {
             Ok(object) => Ok(Lenient {
                 meta: key_meta(object.meta()),
@@ -122,6 +131,22 @@ mod tests {
                 body.len() / 1024
             );
         }
+    }
+
+    /// managedFields is dropped as the object is read; everything else is kept.
+    #[test]
+    fn managed_fields_are_not_kept() {
+        let mut object = route("r", "RequestHeaderModifier");
+        object["metadata"]["managedFields"] = serde_json::json!([{
+            "manager": "kubectl", "operation": "Update", "apiVersion": "gateway.networking.k8s.io/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:rules": {}}}
+        }]);
+        object["metadata"]["labels"] = serde_json::json!({"app": "a"});
+        let read: Lenient<HttpRoute> = serde_json::from_value(object).unwrap();
+        let route = read.object.unwrap();
+        assert_eq!(route.metadata.managed_fields, None);
+        assert_eq!(route.metadata.labels.as_ref().unwrap()["app"], "a");
+        assert_eq!(route.metadata.resource_version.as_deref(), Some("7"));
     }
 
     #[test]
