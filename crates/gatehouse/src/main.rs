@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// jemalloc instead of glibc's malloc: see "Memory allocator" in docs/architecture.md.
+/// jemalloc instead of glibc's malloc: see "Memory allocator" in docs/architecture.md. Its
+/// settings are compiled in (`.cargo/config.toml`): freed pages go back within a second, from
+/// a background thread.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -210,6 +210,33 @@ async fn start_binary(extra: &[&str]) -> (std::process::Child, u16, u16, tempfil
     (child, port, admin, dir)
 }
 
+/// The binary's compiled-in allocator settings are in force: jemalloc runs its background
+/// thread, which gives freed pages back while the process is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allocator_gives_memory_back_from_a_background_thread() {
+    let (mut child, _port, _admin, _dir) = start_binary(&[]).await;
+    let threads = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let mut names = threads();
+    // Started with the first arena's use; give it a moment on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !names.iter().any(|n| n.starts_with("jemalloc_bg_thd")) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        names = threads();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        names.iter().any(|n| n.starts_with("jemalloc_bg_thd")),
+        "no jemalloc background thread among {names:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_fails_readiness_first_and_keeps_accepting_for_the_drain_delay() {
     let (mut child, port, admin, _dir) =
