@@ -215,26 +215,26 @@ async fn start_binary(extra: &[&str]) -> (std::process::Child, u16, u16, tempfil
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_allocator_gives_memory_back_from_a_background_thread() {
     let (mut child, _port, _admin, _dir) = start_binary(&[]).await;
-    let threads = || -> Vec<String> {
-        std::fs::read_dir(format!("/proc/{}/task", child.id()))
+    let tasks = format!("/proc/{}/task", child.id());
+    let background_thread = || {
+        std::fs::read_dir(&tasks)
             .unwrap()
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .map(|c| c.trim().to_owned())
-            .collect()
+            .any(|name| name.starts_with("jemalloc_bg_thd"))
     };
-    let mut names = threads();
-    // Started with the first arena's use; give it a moment on a loaded machine.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !names.iter().any(|n| n.starts_with("jemalloc_bg_thd")) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        names = threads();
-    }
+    // Started with the first arena's use; give it a moment on a loaded machine. Waited for
+    // here rather than with `eventually`, which panics: the child must be killed first, or it
+    // outlives a failed test holding the test's stderr.
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        while !background_thread() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .is_ok();
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(
-        names.iter().any(|n| n.starts_with("jemalloc_bg_thd")),
-        "no jemalloc background thread among {names:?}"
-    );
+    assert!(found, "no jemalloc background thread in {tasks}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
