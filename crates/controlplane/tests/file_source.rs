@@ -466,6 +466,33 @@ fn duplicates_within_one_file() {
     assert!(msg.contains("already defined at line 4"), "{msg}");
 }
 
+/// A duplicate within a file names the line of its first definition, also after an object
+/// of the same file that was itself a duplicate of another file's.
+#[test]
+fn duplicates_within_one_file_after_one_across_files() {
+    let dir = TempDir::new();
+    dir.write("a.yaml", &route("x", "/x"));
+    let content = ["y", "x", "z", "z"]
+        .map(|name| route(name, "/p"))
+        .join("---\n");
+    let b = dir.write("b.yaml", &content);
+    let loaded = FileSource::new(dir.path()).load();
+    let messages: Vec<(Option<usize>, &str)> = loaded
+        .errors
+        .iter()
+        .filter(|e| e.file == b)
+        .map(|e| (e.line, e.message.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0].0, Some(20));
+    assert!(messages[0].1.contains("a.yaml:4"), "{messages:?}");
+    assert_eq!(messages[1].0, Some(52));
+    assert!(
+        messages[1].1.contains("already defined at line 36"),
+        "{messages:?}"
+    );
+}
+
 #[test]
 fn same_name_in_other_namespace_or_kind_is_no_duplicate() {
     let content = format!(
@@ -534,6 +561,57 @@ fn last_good_is_kept_after_a_broken_edit_and_replaced_after_a_fix() {
     assert!(loaded.is_ok(), "{:#?}", loaded.errors);
     assert!(loaded.stale_files.is_empty());
     assert_eq!(route_names(&loaded), ["ra2", "rb"]);
+}
+
+/// Whether a file changed is decided by its text's digest, not its time or size: a file
+/// written again with the same text keeps its objects (the same `Arc`, which later stages
+/// compare by pointer), and a different text of the same length is read again.
+#[test]
+fn a_file_is_read_again_only_when_its_text_changed() {
+    let dir = TempDir::new();
+    dir.write("a.yaml", &route("ra", "/a"));
+    dir.write("b.yaml", &route("rb", "/b"));
+    let mut source = FileSource::new(dir.path());
+    let first = source.load();
+    let by_name = |loaded: &Loaded, name: &str| {
+        loaded
+            .input
+            .http_routes
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .cloned()
+            .unwrap()
+    };
+
+    dir.write("a.yaml", &route("ra", "/a"));
+    let same = source.load();
+    assert!(std::sync::Arc::ptr_eq(
+        &by_name(&first, "ra"),
+        &by_name(&same, "ra")
+    ));
+    assert!(std::sync::Arc::ptr_eq(
+        &by_name(&first, "rb"),
+        &by_name(&same, "rb")
+    ));
+
+    // "/a" becomes "/c": the same length, another text.
+    let edited = route("ra", "/c");
+    assert_eq!(edited.len(), route("ra", "/a").len());
+    dir.write("a.yaml", &edited);
+    let changed = source.load();
+    let ra = by_name(&changed, "ra");
+    assert!(!std::sync::Arc::ptr_eq(&by_name(&first, "ra"), &ra));
+    let path = ra.spec.rules.as_ref().unwrap()[0].matches.as_ref().unwrap()[0]
+        .path
+        .as_ref()
+        .unwrap()
+        .value
+        .clone();
+    assert_eq!(path.as_deref(), Some("/c"));
+    assert!(std::sync::Arc::ptr_eq(
+        &by_name(&first, "rb"),
+        &by_name(&changed, "rb")
+    ));
 }
 
 #[test]
