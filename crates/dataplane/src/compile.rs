@@ -172,7 +172,7 @@ impl Compiler<'_> {
                     speaks: b.speaks,
                     listeners: b.listeners,
                     hosts: b.hosts,
-                    unmatched: RouteMetrics::new(self.metrics, gateway, Arc::from(""), 404),
+                    unmatched: RouteMetrics::new(gateway, Arc::from(""), 404),
                 };
                 (key, table)
             })
@@ -455,7 +455,7 @@ impl Compiler<'_> {
             filters,
             vhosts,
             rules,
-            unmatched: RouteMetrics::new(self.metrics, gateway.clone(), Arc::from(""), 404),
+            unmatched: RouteMetrics::new(gateway.clone(), Arc::from(""), 404),
             mode,
             tls_hosts,
             tls_routes,
@@ -520,7 +520,7 @@ impl Compiler<'_> {
             filters,
             mirrored,
             authorized,
-            metrics: RouteMetrics::new(self.metrics, gateway, route, 200),
+            metrics: RouteMetrics::new(gateway, route, 200),
             backends: Weighted::new(backends),
             timeout,
             retry: rule.retry.as_ref().map(|retry| {

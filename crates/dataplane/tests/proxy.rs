@@ -336,6 +336,72 @@ async fn routes_and_generated_errors() {
     dp.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A route's series are made at its first request, not when its rule is compiled (5000 idle
+/// routes held 2.5 MB of them), and survive a new configuration: the next table resolves the
+/// same series, so counts go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_series_appear_at_the_first_request_and_outlive_a_change() {
+    let be = start_backend("a").await;
+    let port = free_port();
+    let cfg = |extra: bool| {
+        let mut rules = vec![
+            rule("ok", vec![to_cluster("a")], vec![]),
+            rule("idle", vec![to_cluster("a")], vec![]),
+        ];
+        let mut entries = vec![prefix("/ok", 0), prefix("/idle", 1)];
+        if extra {
+            rules.push(rule("new", vec![to_cluster("a")], vec![]));
+            entries.push(prefix("/new", 2));
+        }
+        config(
+            vec![listener(port, None, rules, entries)],
+            vec![http1("a", vec![be])],
+        )
+    };
+    let (dp, registry) = dataplane(Options::default()).await;
+    apply_ok(&dp, &cfg(false)).await;
+    let text = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    let ok_count =
+        r#"gatehouse_http_requests_total{gateway="default/gw",route="default/ok",code="200"}"#;
+    let ok_duration =
+        r#"gatehouse_http_request_duration_seconds_count{gateway="default/gw",route="default/ok"}"#;
+    assert!(!text().contains(r#"route="default/ok""#), "{}", text());
+
+    assert_eq!(get(port, "h", "/ok").await.status.as_u16(), 200);
+    let after_one = text();
+    assert!(after_one.contains(&format!("{ok_count} 1")), "{after_one}");
+    assert!(
+        after_one.contains(&format!("{ok_duration} 1")),
+        "{after_one}"
+    );
+    assert!(
+        !after_one.contains(r#"route="default/idle""#),
+        "{after_one}"
+    );
+
+    apply_ok(&dp, &cfg(true)).await;
+    assert_eq!(get(port, "h", "/new").await.status.as_u16(), 200);
+    assert_eq!(get(port, "h", "/ok").await.status.as_u16(), 200);
+    let after_change = text();
+    assert!(
+        after_change.contains(&format!("{ok_count} 2")),
+        "{after_change}"
+    );
+    assert!(
+        after_change.contains(&format!("{ok_duration} 2")),
+        "{after_change}"
+    );
+    assert!(
+        !after_change.contains(r#"route="default/idle""#),
+        "{after_change}"
+    );
+    dp.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_header_matches_take_the_first_in_precedence_order() {
     // Seed 001: 50 matches on one path that differ only by a header value, then a catch-all.
