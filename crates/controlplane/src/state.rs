@@ -23,7 +23,7 @@ pub struct Published {
     /// The snapshot `status` was computed from. It shares its objects with the source, so
     /// keeping it costs a pointer per object; [`Published::objects`] builds the report from it
     /// when asked, instead of every pass building (and holding) a JSON copy of every object.
-    pub input: Input,
+    pub input: Arc<Input>,
     /// Source errors (`file:line: message`); what they concern serves its last good content.
     pub errors: Vec<String>,
     /// Source warnings: problems that lose nothing (an unknown field, a foreign kind).
@@ -38,7 +38,7 @@ impl Published {
     /// The same configuration, status and messages, computed from objects that read the same
     /// as `input` (a pass that reused its translation): the report shows the objects as they
     /// are now, and the versions they replaced are not kept alive here.
-    pub fn with_input(&self, input: Input) -> Published {
+    pub fn with_input(&self, input: Arc<Input>) -> Published {
         Published {
             generation: self.generation,
             config: Arc::clone(&self.config),

@@ -577,7 +577,7 @@ impl crate::source::Source for KubeSource {
             input = KubeSource::snapshot(self);
         }
         crate::source::SourceSnapshot {
-            input,
+            input: std::sync::Arc::new(input),
             errors: Vec::new(),
             warnings: Vec::new(),
             pending: self.mirrors.iter().flat_map(|m| m.pending()).collect(),
