@@ -104,8 +104,12 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
     }
     with_listeners!(&mut status.gateways, previous.gateways);
     with_listeners!(&mut status.listener_sets, previous.listener_sets);
+    // Both maps are walked in key order together, so each route's previous status is found
+    // without a lookup: there is one per route, thousands, on every pass.
+    let mut before = previous.routes.iter().peekable();
     for (key, s) in &mut status.routes {
-        let old = previous.routes.get(key);
+        while before.next_if(|(k, _)| *k < key).is_some() {}
+        let old = before.next_if(|(k, _)| *k == key).map(|(_, o)| o);
         for p in &mut s.parents {
             let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
             each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
@@ -177,6 +181,66 @@ mod tests {
 
     fn at(c: &[Condition], type_: &str) -> Option<Condition> {
         c.iter().find(|c| c.type_ == type_).cloned()
+    }
+
+    /// Routes are matched to their previous status by key while both maps are walked in
+    /// order: routes only in the old status, or only in the new one, must not shift the match.
+    #[test]
+    fn each_route_keeps_the_times_of_its_own_previous_status() {
+        use crate::routes::{ParentRef, RouteKey, RouteParentStatus, RouteStatus};
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let key = |name: &str| RouteKey {
+            kind: "HTTPRoute".into(),
+            key: crate::ObjectKey::new("ns", name),
+        };
+        let status = |accepted: bool, at: Option<Timestamp>| {
+            let mut c = condition(names::ACCEPTED, accepted, names::ACCEPTED, "", Some(1));
+            if let Some(at) = at {
+                c.last_transition_time = Time(at);
+            }
+            RouteStatus {
+                parents: vec![RouteParentStatus {
+                    parent_ref: ParentRef {
+                        group: None,
+                        kind: None,
+                        name: "gw".into(),
+                        namespace: None,
+                        port: None,
+                        section_name: None,
+                    },
+                    controller_name: "c".into(),
+                    conditions: vec![c],
+                }],
+            }
+        };
+        let mut previous = Status::default();
+        for (name, accepted) in [("a", true), ("b", true), ("d", false), ("e", true)] {
+            previous
+                .routes
+                .insert(key(name), status(accepted, Some(t0)));
+        }
+        let mut now = Status::default();
+        for (name, accepted) in [
+            ("a", true),
+            ("c", true),
+            ("d", false),
+            ("e", false),
+            ("f", true),
+        ] {
+            now.routes.insert(key(name), status(accepted, None));
+        }
+        stamp_status(&mut now, &previous, t1);
+        let time = |name: &str| {
+            now.routes[&key(name)].parents[0].conditions[0]
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(time("a"), Time(t0), "unchanged: kept");
+        assert_eq!(time("c"), Time(t1), "new route");
+        assert_eq!(time("d"), Time(t0), "unchanged after a route that went");
+        assert_eq!(time("e"), Time(t1), "its status changed");
+        assert_eq!(time("f"), Time(t1), "new, after the last previous route");
     }
 
     #[test]
