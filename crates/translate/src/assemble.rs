@@ -86,10 +86,7 @@ fn listener<'a>(
                         .iter()
                         .filter_map(|b| b.policy_cluster.as_ref())
                     {
-                        out.cluster_users
-                            .entry(cluster.clone())
-                            .or_default()
-                            .insert(gw.key.clone());
+                        add_user(&mut out.cluster_users, cluster, &gw.key);
                     }
                     let mut resolved = template.resolve(scheme, l.port);
                     for b in &mut resolved.backends {
@@ -265,14 +262,24 @@ fn use_cluster(
             c
         });
         // The base name also counts as used so its policy reports this Gateway.
-        out.cluster_users
-            .entry(name.clone())
-            .or_default()
-            .insert(gateway.clone());
+        add_user(&mut out.cluster_users, name, gateway);
         *name = variant;
     }
-    out.cluster_users
-        .entry(name.clone())
-        .or_default()
-        .insert(gateway.clone());
+    add_user(&mut out.cluster_users, name, gateway);
+}
+
+/// Records that `gateway` uses `cluster`. Looked up before inserting: this runs for every
+/// backend of every rule, and the cluster and Gateway are nearly always recorded already, so
+/// their names are copied only the first time.
+fn add_user(users: &mut BTreeMap<String, BTreeSet<ObjectKey>>, cluster: &str, gateway: &ObjectKey) {
+    match users.get_mut(cluster) {
+        Some(gateways) => {
+            if !gateways.contains(gateway) {
+                gateways.insert(gateway.clone());
+            }
+        }
+        None => {
+            users.insert(cluster.to_owned(), BTreeSet::from([gateway.clone()]));
+        }
+    }
 }
