@@ -9,7 +9,6 @@
 
 use crate::hostname;
 use gatehouse_ir as ir;
-use std::borrow::Cow;
 use std::cmp::{Ordering, Reverse};
 use std::collections::HashMap;
 
@@ -74,11 +73,21 @@ pub fn virtual_hosts(mut candidates: Vec<Candidate>) -> Vec<ir::VirtualHost> {
     }
     let mut hosts: Vec<&str> = by_host.keys().copied().collect();
     hosts.sort_by(|a, b| by_specificity(a, b));
+    // The wildcard hosts by what follows their `*` (`.example.com`): a host's covering
+    // wildcards are then found by slices of its own name, with no string built per host.
+    let wildcards: HashMap<&str, &str> = hosts
+        .iter()
+        .filter_map(|h| {
+            h.strip_prefix('*')
+                .filter(|s| !s.is_empty())
+                .map(|s| (s, *h))
+        })
+        .collect();
     hosts
         .iter()
         .map(|host| {
-            let mut general: Vec<&str> = covering(host)
-                .filter_map(|g| by_host.get_key_value(g.as_ref()).map(|(k, _)| *k))
+            let mut general: Vec<&str> = covering(host, &wildcards)
+                .filter(|g| by_host.contains_key(g))
                 .collect();
             general.sort_by(|a, b| by_specificity(a, b));
             let routes = general
@@ -104,16 +113,20 @@ fn by_specificity(a: &str, b: &str) -> Ordering {
         .then(a.cmp(b))
 }
 
-/// Every hostname that [`hostname::covers`] `host`: the host itself, the wildcard of each of its
-/// proper label suffixes, and `*`.
-fn covering(host: &str) -> impl Iterator<Item = Cow<'_, str>> {
+/// Every hostname that [`hostname::covers`] `host` among the hosts: the host itself, the
+/// wildcard of each of its proper label suffixes that is one of `wildcards` (keyed by what
+/// follows the `*`), and `*`.
+fn covering<'h>(
+    host: &'h str,
+    wildcards: &'h HashMap<&'h str, &'h str>,
+) -> impl Iterator<Item = &'h str> {
     let rest = host.strip_prefix("*.").unwrap_or(host);
     let suffixes = rest
         .match_indices('.')
-        .map(move |(dot, _)| Cow::Owned(format!("*{}", &rest[dot..])));
-    std::iter::once(Cow::Borrowed(host))
+        .filter_map(move |(dot, _)| wildcards.get(&rest[dot..]).copied());
+    std::iter::once(host)
         .chain(suffixes)
-        .chain((host != "*").then_some(Cow::Borrowed("*")))
+        .chain((host != "*").then_some("*"))
 }
 
 #[cfg(test)]
@@ -135,9 +148,17 @@ mod tests {
             "other.org",
             "*.org",
         ];
+        let wildcards: HashMap<&str, &str> = hosts
+            .iter()
+            .filter_map(|h| {
+                h.strip_prefix('*')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| (s, *h))
+            })
+            .collect();
         for specific in hosts {
-            let mut found: Vec<String> = covering(specific)
-                .map(|c| c.into_owned())
+            let mut found: Vec<String> = covering(specific, &wildcards)
+                .map(str::to_owned)
                 .filter(|c| hosts.contains(&c.as_str()))
                 .collect();
             found.sort();
