@@ -92,7 +92,8 @@ pub struct FileSource {
 struct FileState {
     /// The digest of the text `parsed` was computed from; `None` until the first read. The
     /// text itself is not kept: it is only compared, and at 5000 routes it was 1.3 MB held for
-    /// that alone. SHA-256 (not a fast hash) so that no two texts can pass for one another.
+    /// that alone. SHA-256, not a fast hash: two texts that differ must not pass for one
+    /// another by a collision that a fast hash makes a matter of luck.
     digest: Option<TextDigest>,
     parsed: Parsed,
     /// Why the file could not be read (not UTF-8, permissions), if it could not.
@@ -352,9 +353,9 @@ impl FileSource {
                 }),
             }
 
-            // Each object's key, built once: the duplicate check and the snapshot both need
-            // it, and building it is three owned strings per object on every pass.
-            // With the line each is defined at.
+            // Each object's key (with the line it is defined at), built once: the duplicate
+            // check and the snapshot both need it, and building it is three owned strings per
+            // object on every pass.
             let mut keys: Vec<(Key, usize)> = Vec::new();
             if errors.is_empty() {
                 // Duplicates: the first definition (in path order, then file order) wins and
