@@ -73,16 +73,7 @@ pub fn virtual_hosts(mut candidates: Vec<Candidate>) -> Vec<ir::VirtualHost> {
     }
     let mut hosts: Vec<&str> = by_host.keys().copied().collect();
     hosts.sort_by(|a, b| by_specificity(a, b));
-    // The wildcard hosts by what follows their `*` (`.example.com`): a host's covering
-    // wildcards are then found by slices of its own name, with no string built per host.
-    let wildcards: HashMap<&str, &str> = hosts
-        .iter()
-        .filter_map(|h| {
-            h.strip_prefix('*')
-                .filter(|s| !s.is_empty())
-                .map(|s| (s, *h))
-        })
-        .collect();
+    let wildcards = wildcards(&hosts);
     hosts
         .iter()
         .map(|host| {
@@ -111,6 +102,19 @@ fn by_specificity(a: &str, b: &str) -> Ordering {
     hostname::specificity(a)
         .cmp(&hostname::specificity(b))
         .then(a.cmp(b))
+}
+
+/// The wildcard hosts by what follows their `*` (`.example.com`): [`covering`] then finds a
+/// host's covering wildcards by slices of the host's own name, with no string built per host.
+fn wildcards<'h>(hosts: &[&'h str]) -> HashMap<&'h str, &'h str> {
+    hosts
+        .iter()
+        .filter_map(|h| {
+            h.strip_prefix('*')
+                .filter(|s| !s.is_empty())
+                .map(|s| (s, *h))
+        })
+        .collect()
 }
 
 /// Every hostname that [`hostname::covers`] `host` among the hosts: the host itself, the
@@ -148,14 +152,7 @@ mod tests {
             "other.org",
             "*.org",
         ];
-        let wildcards: HashMap<&str, &str> = hosts
-            .iter()
-            .filter_map(|h| {
-                h.strip_prefix('*')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| (s, *h))
-            })
-            .collect();
+        let wildcards = wildcards(&hosts);
         for specific in hosts {
             let mut found: Vec<String> = covering(specific, &wildcards)
                 .map(str::to_owned)
