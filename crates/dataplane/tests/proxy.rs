@@ -371,34 +371,21 @@ async fn route_series_appear_at_the_first_request_and_outlive_a_change() {
         r#"gatehouse_http_request_duration_seconds_count{gateway="default/gw",route="default/ok"}"#;
     assert!(!text().contains(r#"route="default/ok""#), "{}", text());
 
+    // `ok` has served `n` requests, and `idle` has no series.
+    let served = |n: usize| {
+        let text = text();
+        assert!(text.contains(&format!("{ok_count} {n}")), "{text}");
+        assert!(text.contains(&format!("{ok_duration} {n}")), "{text}");
+        assert!(!text.contains(r#"route="default/idle""#), "{text}");
+    };
+
     assert_eq!(get(port, "h", "/ok").await.status.as_u16(), 200);
-    let after_one = text();
-    assert!(after_one.contains(&format!("{ok_count} 1")), "{after_one}");
-    assert!(
-        after_one.contains(&format!("{ok_duration} 1")),
-        "{after_one}"
-    );
-    assert!(
-        !after_one.contains(r#"route="default/idle""#),
-        "{after_one}"
-    );
+    served(1);
 
     apply_ok(&dp, &cfg(true)).await;
     assert_eq!(get(port, "h", "/new").await.status.as_u16(), 200);
     assert_eq!(get(port, "h", "/ok").await.status.as_u16(), 200);
-    let after_change = text();
-    assert!(
-        after_change.contains(&format!("{ok_count} 2")),
-        "{after_change}"
-    );
-    assert!(
-        after_change.contains(&format!("{ok_duration} 2")),
-        "{after_change}"
-    );
-    assert!(
-        !after_change.contains(r#"route="default/idle""#),
-        "{after_change}"
-    );
+    served(2);
     dp.shutdown(Duration::from_secs(1)).await;
 }
 
