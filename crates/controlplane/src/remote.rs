@@ -27,16 +27,24 @@ pub struct RemotePublisher {
     config: ArcSwap<ir::Config>,
     published: Mutex<BTreeSet<DataPlaneIdentity>>,
     provisioning: watch::Sender<BTreeMap<ObjectKey, String>>,
+    /// What `changed` has seen of `provisioning`. One receiver for the publisher's life: the
+    /// errors are set during a pass (by the status sink), before the loop asks `changed`
+    /// again, and a receiver subscribed at that point would already count them as seen: the
+    /// pass that reports them (or reports them gone) never came.
+    provisioning_seen: tokio::sync::Mutex<watch::Receiver<BTreeMap<ObjectKey, String>>>,
 }
 
 impl RemotePublisher {
     pub fn new(server: Arc<ConfigServer>, bind: IpAddr) -> Arc<Self> {
+        let provisioning = watch::Sender::new(BTreeMap::new());
+        let seen = provisioning.subscribe();
         Arc::new(RemotePublisher {
             server,
             bind,
             config: ArcSwap::from_pointee(ir::Config::default()),
             published: Mutex::new(BTreeSet::new()),
-            provisioning: watch::Sender::new(BTreeMap::new()),
+            provisioning,
+            provisioning_seen: tokio::sync::Mutex::new(seen),
         })
     }
 
@@ -96,9 +104,10 @@ impl Publisher for RemotePublisher {
 
     fn changed(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let mut provisioning = self.provisioning.subscribe();
+            let mut provisioning = self.provisioning_seen.lock().await;
             tokio::select! {
                 _ = self.server.changed() => {}
+                // Marks the change seen: each change wakes the loop once.
                 _ = provisioning.changed() => {}
             }
         })

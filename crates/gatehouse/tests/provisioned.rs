@@ -530,3 +530,120 @@ async fn routability_cluster_gets_a_cluster_ip_and_says_so() {
         None,
     );
 }
+
+/// A Gateway's data-plane objects that the API server refused are applied again by
+/// themselves: an admission policy refuses the Deployment at three replicas, status says so,
+/// and once the policy is gone the Deployment gets its three replicas with nothing else
+/// changing (before, the loop ran only on changes: a second failure that read like the first
+/// left the Gateway at its old replica count until some unrelated change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_data_plane_apply_is_tried_again_until_it_goes_through() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let ns = unique("retry");
+    kubectl(&["create", "namespace", &ns], None);
+    let class = unique("class");
+    let policy = unique("three-refused");
+    let controller_name = format!("gatehouse.dev/{}", unique("test"));
+    let (listener_port, sync_port) = (free_port(), free_port());
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crds/gatehouse.dev_gatehouseparameters.yaml"
+    );
+    kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", crd],
+        None,
+    );
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gatehouseparameters.gatehouse.dev",
+        ],
+        None,
+    );
+    // Deployments of three replicas are refused in this namespace only.
+    apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}}]\n  validations: [{{expression: \"object.spec.replicas != 3\", message: three replicas refused by the test}}]\n---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n"
+    ));
+    // The API server enforces a policy once its informer has it.
+    let refused = || {
+        std::process::Command::new(kubectl_bin())
+            .args([
+                "create",
+                "deployment",
+                "probe",
+                "-n",
+                &ns,
+                "--image=x",
+                "--replicas=3",
+                "--dry-run=server",
+            ])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).contains("three replicas refused"))
+    };
+    eventually(
+        "the admission policy is in force",
+        Duration::from_secs(30),
+        || async { refused() },
+    )
+    .await;
+    apply(&format!(
+        "apiVersion: gatehouse.dev/v1alpha1\nkind: GatehouseParameters\nmetadata: {{name: params, namespace: {ns}}}\nspec: {{replicas: 3, service: {{type: ClusterIP}}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec:\n  controllerName: {controller_name}\n  parametersRef: {{group: gatehouse.dev, kind: GatehouseParameters, name: params, namespace: {ns}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: {ns}}}\nspec:\n  gatewayClassName: {class}\n  listeners: [{{name: http, port: {listener_port}, protocol: HTTP}}]\n"
+    ));
+    let running = start(
+        provisioning(&controller_name, &ns, "gatehouse-ca", sync_port),
+        kube_client().await,
+    )
+    .await
+    .unwrap();
+    eventually(
+        "status says the Deployment was refused",
+        Duration::from_secs(30),
+        || async {
+            condition(&ns, "gateway", "gw", "Programmed")
+                .is_some_and(|(s, _, m)| s == "False" && m.contains("three replicas refused"))
+        },
+    )
+    .await;
+    assert!(
+        !exists("deployment", &ns, "gw-gatehouse"),
+        "the API server refused it"
+    );
+    // Several tries have failed by now; the policy goes, and nothing else changes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    kubectl(
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &policy,
+        ],
+        None,
+    );
+    eventually(
+        "the Deployment is applied with three replicas",
+        Duration::from_secs(60),
+        || async {
+            exists("deployment", &ns, "gw-gatehouse")
+                && get("deployment", &ns, "gw-gatehouse")["spec"]["replicas"] == 3
+        },
+    )
+    .await;
+    eventually(
+        "status no longer says it was refused",
+        Duration::from_secs(30),
+        || async {
+            condition(&ns, "gateway", "gw", "Programmed")
+                .is_some_and(|(_, _, m)| !m.contains("three replicas refused"))
+        },
+    )
+    .await;
+
+    running.stop().await;
+    kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+    kubectl(&["delete", "gatewayclass", &class, "--wait=false"], None);
+}

@@ -13,6 +13,7 @@ use gatehouse_sync::ConfigServer;
 use gatehouse_translate::{Infrastructure, Input, ObjectKey, Status};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// Provisioned mode: the leader keeps every Gateway's data-plane objects in step and is the
@@ -24,7 +25,12 @@ pub struct Provisioning {
 }
 
 impl Provisioning {
-    async fn sync(&mut self, input: &Input, infrastructure: &BTreeMap<ObjectKey, Infrastructure>) {
+    /// Returns whether some Gateway's objects could not be applied (to be tried again).
+    async fn sync(
+        &mut self,
+        input: &Input,
+        infrastructure: &BTreeMap<ObjectKey, Infrastructure>,
+    ) -> bool {
         let mut desired = BTreeMap::new();
         let mut problems: BTreeMap<ObjectKey, String> = BTreeMap::new();
         for (key, infra) in infrastructure {
@@ -52,10 +58,45 @@ impl Provisioning {
             );
         }
         let provisioned = self.provisioner.sync(&desired).await;
+        let failed = !provisioned.errors.is_empty();
         for (key, e) in provisioned.errors {
             problems.insert(key, e);
         }
         self.publisher.set_provisioning_errors(problems);
+        failed
+    }
+}
+
+/// When a failed apply of data-plane objects is tried again. Nothing else would try it: the
+/// loop runs on changes, and a second failure that reads like the first changes nothing (the
+/// status already says it). A Gateway scaled while the API server was slow to answer stayed
+/// at its old replica count until some unrelated change came along.
+#[derive(Debug)]
+struct ProvisionRetry {
+    next: Duration,
+    at: Option<tokio::time::Instant>,
+}
+
+impl ProvisionRetry {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn new() -> Self {
+        ProvisionRetry {
+            next: Self::FIRST,
+            at: None,
+        }
+    }
+
+    /// After a sync: on failure the next try is due after the current delay, which doubles
+    /// up to [`Self::MAX`]; on success nothing is due and the delay starts over.
+    fn after(&mut self, failed: bool) {
+        if failed {
+            self.at = Some(tokio::time::Instant::now() + self.next);
+            self.next = (self.next * 2).min(Self::MAX);
+        } else {
+            *self = Self::new();
+        }
     }
 }
 
@@ -66,6 +107,7 @@ pub struct KubeStatus {
     /// The data plane's Service, when the controller keeps it.
     service: Option<ServiceKeeper>,
     provisioning: Option<Provisioning>,
+    retry: ProvisionRetry,
 }
 
 impl KubeStatus {
@@ -82,6 +124,7 @@ impl KubeStatus {
             }),
             service,
             provisioning: None,
+            retry: ProvisionRetry::new(),
         }
     }
 
@@ -93,14 +136,27 @@ impl KubeStatus {
 
 impl StatusSink for KubeStatus {
     fn changed(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async {
-            match self.leader.as_mut() {
-                Some((_, rx)) => {
-                    if rx.changed().await.is_err() {
-                        std::future::pending::<()>().await;
+        let retry_at = self.retry.at;
+        Box::pin(async move {
+            let leadership = async {
+                match self.leader.as_mut() {
+                    Some((_, rx)) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
                     }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
+            };
+            let retry = async {
+                match retry_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = leadership => {}
+                _ = retry => {}
             }
         })
     }
@@ -121,10 +177,12 @@ impl StatusSink for KubeStatus {
             if !leader {
                 // Whatever this replica queued as leader is the new leader's to write now.
                 self.writer.forget_pending();
+                self.retry = ProvisionRetry::new();
                 return;
             }
             if let Some(p) = self.provisioning.as_mut() {
-                p.sync(input, infrastructure).await;
+                let failed = p.sync(input, infrastructure).await;
+                self.retry.after(failed);
             }
             if let Some(service) = self.service.as_mut() {
                 service.sync(config).await;
@@ -146,5 +204,33 @@ impl StatusSink for KubeStatus {
                 l.release().await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_apply_is_retried_sooner_first_and_no_longer_once_it_succeeds() {
+        let mut r = ProvisionRetry::new();
+        assert_eq!(r.at, None, "nothing is due before a failure");
+        let mut delays = Vec::new();
+        for _ in 0..9 {
+            let now = tokio::time::Instant::now();
+            r.after(true);
+            delays.push(r.at.expect("a failure makes a retry due") - now);
+        }
+        let secs: Vec<f64> = delays.iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]);
+        r.after(false);
+        assert_eq!(r.at, None, "a success leaves nothing due");
+        let now = tokio::time::Instant::now();
+        r.after(true);
+        assert_eq!(
+            r.at.unwrap() - now,
+            ProvisionRetry::FIRST,
+            "and starts the delays over"
+        );
     }
 }

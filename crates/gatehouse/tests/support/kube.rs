@@ -31,7 +31,7 @@ pub async fn kube_client() -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-fn kubectl_bin() -> String {
+pub fn kubectl_bin() -> String {
     std::env::var("GATEHOUSE_CLUSTER_BIN")
         .map(|b| format!("{b}/kubectl"))
         .unwrap_or_else(|_| "kubectl".into())
