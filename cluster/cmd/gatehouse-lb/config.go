@@ -133,10 +133,14 @@ func haproxyAddr(a netip.AddrPort) string {
 // Health checks: a TCP connect every second; two failures in a row (the second one
 // 500 ms after the first) take a server out, one success puts it back. retries with
 // `redispatch 1` sends a connection that is refused by a dead endpoint the checks have not
-// caught yet to another server.
+// caught yet to another server. A connect times out after 1 s, one SYN without its
+// retransmission: every endpoint is a pod on this host, which answers in microseconds or
+// has gone (its network namespace deleted, so the SYN goes unanswered). At 2 s, the
+// clients' own timeout in the benchmarks, a connection sent to a pod that had just gone
+// failed instead of being redispatched.
 const haproxyDefaults = `defaults
     mode tcp
-    timeout connect 2s
+    timeout connect 1s
     timeout client 24h
     timeout server 24h
     timeout client-fin 30s
