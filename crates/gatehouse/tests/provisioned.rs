@@ -30,13 +30,27 @@ fn condition(ns: &str, kind: &str, name: &str, t: &str) -> Option<(String, Strin
 }
 
 fn exists(kind: &str, ns: &str, name: &str) -> bool {
-    let k = std::env::var("GATEHOUSE_CLUSTER_BIN")
-        .map(|b| format!("{b}/kubectl"))
-        .unwrap_or_else(|_| "kubectl".into());
-    std::process::Command::new(k)
-        .args(["get", kind, "-n", ns, name, "-o", "name"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    kubectl_try(&["get", kind, "-n", ns, name, "-o", "name"]).is_ok()
+}
+
+/// The GatehouseParameters CRD as the chart installs it, established.
+fn install_parameters_crd() {
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crds/gatehouse.dev_gatehouseparameters.yaml"
+    );
+    kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", crd],
+        None,
+    );
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gatehouseparameters.gatehouse.dev",
+        ],
+        None,
+    );
 }
 
 async fn answer(c: &reqwest::Client, url: &str) -> (u16, String) {
@@ -96,24 +110,9 @@ async fn a_gateway_gets_its_own_data_plane_fed_over_the_sync_stream() {
     let class = unique("class");
     let controller_name = format!("gatehouse.dev/{}", unique("test"));
     let (listener_port, other_port, sync_port) = (free_port(), free_port(), free_port());
-    // The GatehouseParameters CRD as the chart installs it; the class asks for ClusterIP
-    // Services (there is no load balancer in this cluster) and two replicas.
-    let crd = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/crds/gatehouse.dev_gatehouseparameters.yaml"
-    );
-    kubectl(
-        &["apply", "--server-side", "--force-conflicts", "-f", crd],
-        None,
-    );
-    kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/gatehouseparameters.gatehouse.dev",
-        ],
-        None,
-    );
+    // The class asks for ClusterIP Services (there is no load balancer in this cluster) and
+    // two replicas.
+    install_parameters_crd();
     let mut host = TestHost::new();
     let a = host.echo(9011, "a").await;
     apply(&format!(
@@ -547,22 +546,7 @@ async fn a_refused_data_plane_apply_is_tried_again_until_it_goes_through() {
     let policy = unique("three-refused");
     let controller_name = format!("gatehouse.dev/{}", unique("test"));
     let (listener_port, sync_port) = (free_port(), free_port());
-    let crd = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/crds/gatehouse.dev_gatehouseparameters.yaml"
-    );
-    kubectl(
-        &["apply", "--server-side", "--force-conflicts", "-f", crd],
-        None,
-    );
-    kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/gatehouseparameters.gatehouse.dev",
-        ],
-        None,
-    );
+    install_parameters_crd();
     // Deployments of three replicas are refused in this namespace only.
     apply(&format!(
         "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}}]\n  validations: [{{expression: \"object.spec.replicas != 3\", message: three replicas refused by the test}}]\n---\n\
@@ -570,19 +554,17 @@ async fn a_refused_data_plane_apply_is_tried_again_until_it_goes_through() {
     ));
     // The API server enforces a policy once its informer has it.
     let refused = || {
-        std::process::Command::new(kubectl_bin())
-            .args([
-                "create",
-                "deployment",
-                "probe",
-                "-n",
-                &ns,
-                "--image=x",
-                "--replicas=3",
-                "--dry-run=server",
-            ])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).contains("three replicas refused"))
+        kubectl_try(&[
+            "create",
+            "deployment",
+            "probe",
+            "-n",
+            &ns,
+            "--image=x",
+            "--replicas=3",
+            "--dry-run=server",
+        ])
+        .is_err_and(|e| e.contains("three replicas refused"))
     };
     eventually(
         "the admission policy is in force",

@@ -31,10 +31,24 @@ pub async fn kube_client() -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-pub fn kubectl_bin() -> String {
+fn kubectl_bin() -> String {
     std::env::var("GATEHOUSE_CLUSTER_BIN")
         .map(|b| format!("{b}/kubectl"))
         .unwrap_or_else(|_| "kubectl".into())
+}
+
+/// Run kubectl with `args`: its output, or its error output when it fails (for checks that
+/// expect a refusal, or that an object is absent).
+pub fn kubectl_try(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(kubectl_bin())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// Run kubectl with `args`, feeding `stdin`; panics with its output on failure.
