@@ -968,3 +968,85 @@ async fn two_replicas_elect_one_status_writer_and_fail_over() {
     );
     second.stop().await;
 }
+
+/// The data-plane Service the controller keeps (shared mode, `--publish-service-template`):
+/// when the API server refuses an apply, the controller tries again by itself, with no other
+/// change to wake it, until the listener's port is on the Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_service_apply_is_tried_again_until_it_goes_through() {
+    if kubeconfig().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let policy = unique("port-refused");
+    // Services with the listener's port are refused in this namespace only.
+    apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [services]}}]\n  validations: [{{expression: \"!has(object.spec.ports) || object.spec.ports.all(p, p.port != {port})\", message: port refused by the test}}]\n---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n",
+        port = env.port,
+        ns = env.ns
+    ));
+    // The API server enforces a policy once its informer has it.
+    let tcp = format!("--tcp={}:80", env.port);
+    eventually(
+        "the admission policy is in force",
+        Duration::from_secs(30),
+        || async {
+            kubectl_try(&[
+                "create",
+                "service",
+                "clusterip",
+                "probe",
+                "-n",
+                &env.ns,
+                &tcp,
+                "--dry-run=server",
+            ])
+            .is_err_and(|e| e.contains("port refused by the test"))
+        },
+    )
+    .await;
+    env.base_objects();
+    let mut opts = env.options("127.0.0.1", None);
+    opts.publish_service = Some(gatehouse_translate::ObjectKey::new(&env.ns, "dataplane"));
+    opts.publish_service_template = Some(gatehouse::controller::PublishServiceTemplate {
+        template: serde_yaml::from_str("spec: {type: ClusterIP, selector: {app: dataplane}}")
+            .unwrap(),
+        owner_deployment: None,
+    });
+    let running = start(opts, kube_client().await).await.unwrap();
+    eventually(
+        "the Gateway's status is written (a pass has run)",
+        Duration::from_secs(30),
+        || async {
+            env.condition("gateway", "gw", &["status", "conditions"], "Accepted")
+                .is_some()
+        },
+    )
+    .await;
+    // Several tries have failed by now; the policy goes, and nothing else changes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        kubectl_try(&["get", "service", "-n", &env.ns, "dataplane"]).is_err(),
+        "the API server refused the Service"
+    );
+    kubectl(
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &policy,
+        ],
+        None,
+    );
+    eventually(
+        "the Service is applied with the listener's port",
+        Duration::from_secs(60),
+        || async {
+            kubectl_try(&["get", "service", "-n", &env.ns, "dataplane"]).is_ok()
+                && get("service", &env.ns, "dataplane")["spec"]["ports"][0]["port"]
+                    == u64::from(env.port)
+        },
+    )
+    .await;
+    running.stop().await;
+}

@@ -85,12 +85,15 @@ impl ServiceKeeper {
         }
     }
 
-    pub async fn sync(&mut self, config: &ir::Config) {
+    /// Applies the Service `config`'s listeners need, if it differs from the last one applied;
+    /// false when the API server refused it or did not answer (the caller tries again later:
+    /// nothing else would, since the next pass comes only with a change).
+    pub async fn sync(&mut self, config: &ir::Config) -> bool {
         let Some(svc) = desired(&self.template, &listener_ports(config)) else {
-            return;
+            return true;
         };
         if self.last.as_ref() == Some(&svc) {
-            return;
+            return true;
         }
         let api: Api<Service> = Api::namespaced(self.client.clone(), &self.template.key.namespace);
         let params = PatchParams::apply("gatehouse").force();
@@ -104,9 +107,11 @@ impl ServiceKeeper {
             Ok(_) => {
                 tracing::info!(service = %self.template.key, ports = ?listener_ports(config), "data-plane Service applied");
                 self.last = Some(svc);
+                true
             }
             Err(e) => {
                 tracing::warn!(service = %self.template.key, "cannot apply the data-plane Service: {e}");
+                false
             }
         }
     }

@@ -67,10 +67,11 @@ impl Provisioning {
     }
 }
 
-/// When a failed apply of data-plane objects is tried again. Nothing else would try it: the
-/// loop runs on changes, and a second failure that reads like the first changes nothing (the
-/// status already says it). A Gateway scaled while the API server was slow to answer stayed
-/// at its old replica count until some unrelated change came along.
+/// When a failed apply of data-plane objects (a provisioned Gateway's, or the shared data
+/// plane's Service) is tried again. Nothing else would try it: the loop runs on changes, and a
+/// second failure that reads like the first changes nothing (the status already says it). A
+/// Gateway scaled while the API server was slow to answer stayed at its old replica count
+/// until some unrelated change came along; a listener added then stayed off the Service.
 #[derive(Debug)]
 struct ProvisionRetry {
     next: Duration,
@@ -180,13 +181,14 @@ impl StatusSink for KubeStatus {
                 self.retry = ProvisionRetry::new();
                 return;
             }
+            let mut failed = false;
             if let Some(p) = self.provisioning.as_mut() {
-                let failed = p.sync(input, infrastructure).await;
-                self.retry.after(failed);
+                failed |= p.sync(input, infrastructure).await;
             }
             if let Some(service) = self.service.as_mut() {
-                service.sync(config).await;
+                failed |= !service.sync(config).await;
             }
+            self.retry.after(failed);
             let w = self.writer.write(input, status);
             if w.queued + w.stale > 0 {
                 tracing::debug!(queued = w.queued, stale = w.stale, "status queued");
