@@ -28,18 +28,23 @@ pub struct ServiceTemplate {
     pub owner: Option<OwnerReference>,
 }
 
-/// The TCP ports of every listener in `config`, sorted.
-pub fn listener_ports(config: &ir::Config) -> BTreeSet<u16> {
+/// The port and transport of every listener in `config`, sorted: a UDP listener's port is a
+/// UDP port of the Service (a TCP one would never reach its socket), every other protocol's a
+/// TCP one; a UDP and a TCP-based listener may share a port number.
+pub fn listener_ports(config: &ir::Config) -> BTreeSet<(u16, ir::Transport)> {
     config
         .gateways
         .iter()
         .flat_map(|g| &g.listeners)
-        .map(|l| l.port)
+        .map(|l| (l.port, l.transport()))
         .collect()
 }
 
 /// The Service to apply for `ports` (`None` without ports: nothing to apply).
-pub fn desired(template: &ServiceTemplate, ports: &BTreeSet<u16>) -> Option<Service> {
+pub fn desired(
+    template: &ServiceTemplate,
+    ports: &BTreeSet<(u16, ir::Transport)>,
+) -> Option<Service> {
     if ports.is_empty() {
         return None;
     }
@@ -56,12 +61,18 @@ pub fn desired(template: &ServiceTemplate, ports: &BTreeSet<u16>) -> Option<Serv
     spec.ports = Some(
         ports
             .iter()
-            .map(|&port| ServicePort {
-                name: Some(format!("tcp-{port}")),
-                port: i32::from(port),
-                target_port: Some(IntOrString::Int(i32::from(port))),
-                protocol: Some("TCP".into()),
-                ..Default::default()
+            .map(|&(port, transport)| {
+                let protocol = match transport {
+                    ir::Transport::Tcp => "TCP",
+                    ir::Transport::Udp => "UDP",
+                };
+                ServicePort {
+                    name: Some(format!("{}-{port}", protocol.to_lowercase())),
+                    port: i32::from(port),
+                    target_port: Some(IntOrString::Int(i32::from(port))),
+                    protocol: Some(protocol.into()),
+                    ..Default::default()
+                }
             })
             .collect(),
     );
@@ -135,7 +146,8 @@ mod tests {
 
     #[test]
     fn ports_follow_the_listeners_and_the_template_is_kept() {
-        let svc = desired(&template(), &BTreeSet::from([443, 80, 8080])).unwrap();
+        let tcp = |p| (p, ir::Transport::Tcp);
+        let svc = desired(&template(), &BTreeSet::from([tcp(443), tcp(80), tcp(8080)])).unwrap();
         assert_eq!(svc.metadata.name.as_deref(), Some("gatehouse"));
         assert_eq!(svc.metadata.namespace.as_deref(), Some("gatehouse-system"));
         assert_eq!(svc.metadata.annotations.as_ref().unwrap()["lb"], "x");
@@ -157,5 +169,53 @@ mod tests {
             ]
         );
         assert!(desired(&template(), &BTreeSet::new()).is_none());
+    }
+
+    #[test]
+    fn a_udp_listener_gets_a_udp_port_beside_a_tcp_one_of_the_same_number() {
+        let listener = |name: &str, port, protocol| ir::Listener {
+            name: name.into(),
+            address: "0.0.0.0".parse().unwrap(),
+            port,
+            protocol,
+            hostname: None,
+            rules: Vec::new(),
+            virtual_hosts: Vec::new(),
+            tls: None,
+            tls_routes: Vec::new(),
+            l4_route: None,
+            filters: Vec::new(),
+        };
+        let config = ir::Config {
+            gateways: vec![ir::Gateway {
+                namespace: "default".into(),
+                name: "gw".into(),
+                listeners: vec![
+                    listener("dns", 53, ir::ListenerProtocol::Udp),
+                    listener("dns-tcp", 53, ir::ListenerProtocol::Tcp),
+                    listener("https", 443, ir::ListenerProtocol::Https),
+                    listener("tls", 8443, ir::ListenerProtocol::Tls),
+                ],
+            }],
+            ..Default::default()
+        };
+        let svc = desired(&template(), &listener_ports(&config)).unwrap();
+        let ports: Vec<(String, i32, String)> = svc
+            .spec
+            .unwrap()
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.name.unwrap(), p.port, p.protocol.unwrap()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("tcp-53".to_string(), 53, "TCP".to_string()),
+                ("udp-53".to_string(), 53, "UDP".to_string()),
+                ("tcp-443".to_string(), 443, "TCP".to_string()),
+                ("tcp-8443".to_string(), 8443, "TCP".to_string()),
+            ]
+        );
     }
 }
