@@ -180,6 +180,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
         }
         _ => None,
     };
+    let service_ports = service.as_ref().map(ServiceKeeper::missing_ports);
     let also_stop = CancellationToken::new();
     let mut sink = KubeStatus::new(
         StatusWriter::new(
@@ -214,6 +215,7 @@ pub async fn start(opts: ControllerOptions, client: kube::Client) -> anyhow::Res
         drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
         publisher,
+        service_ports,
     };
     let mut running = serve(serve_opts, source, options, |r| {
         r.adjust_options(adjust).status_sink(Box::new(sink))

@@ -5,6 +5,7 @@
 use crate::admin;
 use anyhow::Context as _;
 use futures_util::future::BoxFuture;
+use gatehouse_controlplane::kubernetes::service::MissingPorts;
 use gatehouse_controlplane::{Applied, ControlState, Publisher, Reconciler, Source, WatchedFiles};
 use gatehouse_dataplane::{DataPlane, Metrics as DataMetrics, Options as DataOptions};
 use gatehouse_ir as ir;
@@ -15,6 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -54,13 +56,30 @@ impl State {
 /// The data plane of this process as the reconcile loop's publisher.
 struct LocalDataPlane {
     dataplane: Arc<DataPlane>,
-    changes: tokio::sync::Mutex<tokio::sync::watch::Receiver<u64>>,
+    changes: tokio::sync::Mutex<watch::Receiver<u64>>,
+    /// The controller's data-plane Service (shared mode with `--publish-service-template`):
+    /// listener ports it lacks, which status reports (`Serving::unreachable`). `now` is read by
+    /// `serving`; `seen` is `changed`'s, one receiver for its whole life, so that each change
+    /// wakes the loop once.
+    service: Option<ServicePorts>,
+}
+
+struct ServicePorts {
+    now: watch::Receiver<MissingPorts>,
+    seen: tokio::sync::Mutex<watch::Receiver<MissingPorts>>,
 }
 
 impl LocalDataPlane {
-    fn new(dataplane: Arc<DataPlane>) -> Self {
+    fn new(dataplane: Arc<DataPlane>, service: Option<watch::Receiver<MissingPorts>>) -> Self {
         let changes = tokio::sync::Mutex::new(dataplane.serving_changes());
-        LocalDataPlane { dataplane, changes }
+        LocalDataPlane {
+            dataplane,
+            changes,
+            service: service.map(|rx| ServicePorts {
+                seen: tokio::sync::Mutex::new(rx.clone()),
+                now: rx,
+            }),
+        }
     }
 }
 
@@ -87,14 +106,34 @@ impl Publisher for LocalDataPlane {
             };
             unbound.insert(u.address, problem);
         }
+        if let Some(service) = &self.service {
+            serving.unreachable = service.now.borrow().clone();
+        }
         serving
     }
 
     fn changed(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {
-            let mut changes = self.changes.lock().await;
-            if changes.changed().await.is_err() {
-                std::future::pending::<()>().await;
+            let data_plane = async {
+                let mut changes = self.changes.lock().await;
+                if changes.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let service = async {
+                match &self.service {
+                    Some(s) => {
+                        let mut seen = s.seen.lock().await;
+                        if seen.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = data_plane => {}
+                _ = service => {}
             }
         })
     }
@@ -155,6 +194,8 @@ pub(crate) struct Serve {
     /// Where configurations go instead of this process's data plane (provisioned mode: the
     /// Gateways' own data planes).
     pub publisher: Option<Arc<dyn Publisher>>,
+    /// Ports the controller's data-plane Service lacks (see [`LocalDataPlane`]).
+    pub service_ports: Option<watch::Receiver<MissingPorts>>,
 }
 
 /// Starts the admin endpoint and the reconcile loop (as `configure` completes it) on the
@@ -173,7 +214,10 @@ pub(crate) async fn serve<S: Source>(
     let admin_task = tokio::spawn(admin::serve(admin_listener, Arc::clone(&state)));
     let publisher = match serve.publisher {
         Some(p) => p,
-        None => Arc::new(LocalDataPlane::new(Arc::clone(&state.dataplane))),
+        None => Arc::new(LocalDataPlane::new(
+            Arc::clone(&state.dataplane),
+            serve.service_ports,
+        )),
     };
     let reconciler = configure(Reconciler::new(
         source,
@@ -216,6 +260,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         drain_delay: opts.drain_delay,
         shutdown_grace: opts.shutdown_grace,
         publisher: None,
+        service_ports: None,
     };
     let running = serve(serve_opts, source, options, |r| r).await?;
     tracing::info!(admin = %running.admin_address, path = %opts.path.display(), "gatehouse is serving");

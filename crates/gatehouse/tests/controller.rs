@@ -1024,6 +1024,44 @@ async fn a_refused_service_apply_is_tried_again_until_it_goes_through() {
         },
     )
     .await;
+    // Status says the listener's port does not reach it; readiness does not fail for it (an
+    // unready pod would leave the Service's endpoints, and the other ports with it).
+    let listener = || {
+        env.condition(
+            "gateway",
+            "gw",
+            &["status", "listeners", "0", "conditions"],
+            "Programmed",
+        )
+    };
+    eventually(
+        "the listener is not Programmed, with the API server's refusal",
+        Duration::from_secs(30),
+        || async {
+            let c = get("gateway", &env.ns, "gw");
+            c["status"]["listeners"][0]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "Programmed"
+                        && c["status"] == "False"
+                        && c["reason"] == "Pending"
+                        && c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("port refused by the test"))
+                })
+        },
+    )
+    .await;
+    let ready = reqwest::get(format!("http://{}/readyz", running.admin_address))
+        .await
+        .unwrap();
+    assert_eq!(
+        ready.status(),
+        200,
+        "a port off the Service is no reason to be unready"
+    );
     // Several tries have failed by now; the policy goes, and nothing else changes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
@@ -1046,6 +1084,12 @@ async fn a_refused_service_apply_is_tried_again_until_it_goes_through() {
                 && get("service", &env.ns, "dataplane")["spec"]["ports"][0]["port"]
                     == u64::from(env.port)
         },
+    )
+    .await;
+    eventually(
+        "the listener is Programmed again",
+        Duration::from_secs(30),
+        || async { listener().is_some_and(|(s, _)| s == "True") },
     )
     .await;
     running.stop().await;

@@ -20,6 +20,12 @@ pub struct Serving {
     /// provisioned data plane with no replica connected, or one still applying or refusing
     /// it), with why. Every listener and the Gateway are Programmed=False Pending.
     pub not_serving: BTreeMap<ObjectKey, String>,
+    /// Listener ports (with their transport) that traffic cannot reach although the data plane
+    /// may listen on them: the controller's data-plane Service lacks them (its apply was
+    /// refused), with why. Their listeners are Programmed=False Pending. Unlike `unbound`, not
+    /// a reason for the data plane to be unready: it serves its other ports, and an unready
+    /// pod would leave the Service's endpoints too.
+    pub unreachable: BTreeMap<(u16, ir::Transport), String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,8 +39,9 @@ pub struct BindProblem {
 
 /// Sets Programmed=False on every listener of `config` whose address is in
 /// `serving.unbound` (reason Invalid when the host cannot use the address, Pending while the
-/// bind is retried; the OS error in the message), and on its Gateway when none of its
-/// listeners is programmed any more (AddressNotUsable, or Pending).
+/// bind is retried; the OS error in the message) or whose port is in `serving.unreachable`
+/// (Pending, with why), and on its Gateway when none of its listeners is programmed any more
+/// (AddressNotUsable, or Pending).
 pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
     for (key, why) in &serving.not_serving {
         let Some(gw_status) = status.gateways.get_mut(key) else {
@@ -52,7 +59,10 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
             }
         }
     }
-    if serving.unbound.is_empty() && serving.unbound_udp.is_empty() {
+    if serving.unbound.is_empty()
+        && serving.unbound_udp.is_empty()
+        && serving.unreachable.is_empty()
+    {
         return;
     }
     for gateway in &config.gateways {
@@ -68,9 +78,13 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
                 ir::Transport::Tcp => &serving.unbound,
                 ir::Transport::Udp => &serving.unbound_udp,
             };
-            let Some(problem) = unbound.get(&address) else {
+            let problem = unbound.get(&address);
+            let unreachable = serving
+                .unreachable
+                .get(&(listener.port, listener.transport()));
+            if problem.is_none() && unreachable.is_none() {
                 continue;
-            };
+            }
             let Some(l) = gw_status
                 .listeners
                 .iter_mut()
@@ -79,7 +93,11 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
             else {
                 continue;
             };
-            let (reason, message) = if problem.address_not_usable {
+            let (reason, message) = if let (None, Some(why)) = (problem, unreachable) {
+                let m = format!("{why}; retrying");
+                pending.get_or_insert(m.clone());
+                (PENDING, m)
+            } else if let Some(problem) = problem.filter(|p| p.address_not_usable) {
                 let m = format!(
                     "cannot listen on {address}: {} (the address is not usable on this host)",
                     problem.error
@@ -87,7 +105,8 @@ pub fn apply(status: &mut Status, config: &ir::Config, serving: &Serving) {
                 unusable.get_or_insert(m.clone());
                 (INVALID, m)
             } else {
-                let m = format!("cannot listen on {address}: {}; retrying", problem.error);
+                let error = problem.map(|p| p.error.as_str()).unwrap_or_default();
+                let m = format!("cannot listen on {address}: {error}; retrying");
                 pending.get_or_insert(m.clone());
                 (PENDING, m)
             };

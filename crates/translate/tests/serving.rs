@@ -134,3 +134,37 @@ fn a_gateway_whose_data_plane_does_not_serve_is_pending_everywhere() {
         );
     }
 }
+
+#[test]
+fn a_port_traffic_cannot_reach_is_pending_on_its_listeners_only() {
+    let yaml = [
+        manifests::gateway_class(),
+        manifests::gateway(
+            "gw",
+            &[Listener::http("web", 80), Listener::http("admin", 81)],
+        ),
+    ]
+    .join("---\n");
+    let out = translate(&manifests::input(&yaml), &Options::default());
+    let why = "the data-plane Service ns/gh does not have this port: refused".to_string();
+    let serving = Serving {
+        // A UDP port 81 is another port: it leaves the HTTP listener on 81 alone.
+        unreachable: [
+            ((80, gatehouse_ir::Transport::Tcp), why.clone()),
+            ((81, gatehouse_ir::Transport::Udp), why.clone()),
+        ]
+        .into(),
+        ..Serving::default()
+    };
+    let mut status = out.status;
+    serving::apply(&mut status, &out.config, &serving);
+    let expected = format!("{why}; retrying");
+    assert_eq!(
+        programmed(&status, Some("web")),
+        ("False".into(), "Pending".into(), expected.clone())
+    );
+    assert_eq!(programmed(&status, Some("admin")).0, "True");
+    let (s, _, message) = programmed(&status, None);
+    assert_eq!(s, "True", "the Gateway still serves on its other listener");
+    assert_eq!(message, format!("1 of 2 listeners programmed; {expected}"));
+}

@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use tokio::sync::watch;
 
 /// What the controller needs to keep the data-plane Service.
 #[derive(Clone, Debug)]
@@ -79,12 +80,20 @@ pub fn desired(
     Some(svc)
 }
 
+/// Listener ports (with their transport) that the data-plane Service lacks because the API
+/// server refused or did not answer the apply that adds them, with its error. Status reports
+/// their listeners as not programmed: traffic to the Service's address on them goes nowhere.
+pub type MissingPorts = BTreeMap<(u16, ir::Transport), String>;
+
 /// Applies the desired Service, remembering the last one applied so that an unchanged port
 /// set costs no request.
 pub struct ServiceKeeper {
     client: Client,
     template: ServiceTemplate,
     last: Option<Service>,
+    /// The ports of `last`.
+    applied: BTreeSet<(u16, ir::Transport)>,
+    missing: watch::Sender<MissingPorts>,
 }
 
 impl ServiceKeeper {
@@ -93,17 +102,37 @@ impl ServiceKeeper {
             client,
             template,
             last: None,
+            applied: BTreeSet::new(),
+            missing: watch::Sender::new(MissingPorts::new()),
         }
+    }
+
+    /// What the Service lacks after the last apply, kept up to date by [`Self::sync`].
+    pub fn missing_ports(&self) -> watch::Receiver<MissingPorts> {
+        self.missing.subscribe()
+    }
+
+    fn set_missing(&self, missing: MissingPorts) {
+        self.missing.send_if_modified(|current| {
+            let changed = *current != missing;
+            *current = missing;
+            changed
+        });
     }
 
     /// Applies the Service `config`'s listeners need, if it differs from the last one applied;
     /// false when the API server refused it or did not answer (the caller tries again later:
     /// nothing else would, since the next pass comes only with a change).
     pub async fn sync(&mut self, config: &ir::Config) -> bool {
-        let Some(svc) = desired(&self.template, &listener_ports(config)) else {
+        let ports = listener_ports(config);
+        let Some(svc) = desired(&self.template, &ports) else {
+            // Left as it is; no listener needs a port of it.
+            self.set_missing(MissingPorts::new());
             return true;
         };
         if self.last.as_ref() == Some(&svc) {
+            // Back to what the Service has (a failed apply's ports removed again).
+            self.set_missing(MissingPorts::new());
             return true;
         }
         let api: Api<Service> = Api::namespaced(self.client.clone(), &self.template.key.namespace);
@@ -116,12 +145,24 @@ impl ServiceKeeper {
             .await
         {
             Ok(_) => {
-                tracing::info!(service = %self.template.key, ports = ?listener_ports(config), "data-plane Service applied");
+                tracing::info!(service = %self.template.key, ports = ?ports, "data-plane Service applied");
                 self.last = Some(svc);
+                self.applied = ports;
+                self.set_missing(MissingPorts::new());
                 true
             }
             Err(e) => {
                 tracing::warn!(service = %self.template.key, "cannot apply the data-plane Service: {e}");
+                let why = format!(
+                    "the data-plane Service {} does not have this port: {e}",
+                    self.template.key
+                );
+                self.set_missing(
+                    ports
+                        .difference(&self.applied)
+                        .map(|&p| (p, why.clone()))
+                        .collect(),
+                );
                 false
             }
         }
