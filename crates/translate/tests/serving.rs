@@ -6,7 +6,8 @@ use gatehouse_translate::serving::{self, BindProblem, Serving};
 use gatehouse_translate::{ObjectKey, Options, Status, translate};
 use std::net::SocketAddr;
 
-fn status_with(unbound: &[(&str, &str, bool)]) -> Status {
+/// Gateway `gw` with HTTP listeners `web` (port 80) and `admin` (81), translated.
+fn gateway_web_and_admin() -> gatehouse_translate::Output {
     let yaml = [
         manifests::gateway_class(),
         manifests::gateway(
@@ -15,7 +16,11 @@ fn status_with(unbound: &[(&str, &str, bool)]) -> Status {
         ),
     ]
     .join("---\n");
-    let out = translate(&manifests::input(&yaml), &Options::default());
+    translate(&manifests::input(&yaml), &Options::default())
+}
+
+fn status_with(unbound: &[(&str, &str, bool)]) -> Status {
+    let out = gateway_web_and_admin();
     let serving = Serving {
         unbound: unbound
             .iter()
@@ -109,15 +114,7 @@ fn an_address_the_host_does_not_have_is_not_usable() {
 
 #[test]
 fn a_gateway_whose_data_plane_does_not_serve_is_pending_everywhere() {
-    let yaml = [
-        manifests::gateway_class(),
-        manifests::gateway(
-            "gw",
-            &[Listener::http("web", 80), Listener::http("admin", 81)],
-        ),
-    ]
-    .join("---\n");
-    let out = translate(&manifests::input(&yaml), &Options::default());
+    let out = gateway_web_and_admin();
     let why = "no data-plane replica is connected to the control plane".to_string();
     let serving = Serving {
         not_serving: [(ObjectKey::new("default", "gw"), why.clone())].into(),
@@ -137,15 +134,7 @@ fn a_gateway_whose_data_plane_does_not_serve_is_pending_everywhere() {
 
 #[test]
 fn a_port_traffic_cannot_reach_is_pending_on_its_listeners_only() {
-    let yaml = [
-        manifests::gateway_class(),
-        manifests::gateway(
-            "gw",
-            &[Listener::http("web", 80), Listener::http("admin", 81)],
-        ),
-    ]
-    .join("---\n");
-    let out = translate(&manifests::input(&yaml), &Options::default());
+    let out = gateway_web_and_admin();
     let why = "the data-plane Service ns/gh does not have this port: refused".to_string();
     let serving = Serving {
         // A UDP port 81 is another port: it leaves the HTTP listener on 81 alone.
