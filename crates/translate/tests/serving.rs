@@ -135,7 +135,7 @@ fn a_gateway_whose_data_plane_does_not_serve_is_pending_everywhere() {
 #[test]
 fn a_port_traffic_cannot_reach_is_pending_on_its_listeners_only() {
     let out = gateway_web_and_admin();
-    let why = "the data-plane Service ns/gh does not have this port: refused".to_string();
+    let why = "the data-plane Service ns/gh could not be given this port: refused".to_string();
     let serving = Serving {
         // A UDP port 81 is another port: it leaves the HTTP listener on 81 alone.
         unreachable: [

@@ -153,8 +153,10 @@ impl ServiceKeeper {
             }
             Err(e) => {
                 tracing::warn!(service = %self.template.key, "cannot apply the data-plane Service: {e}");
+                // Ports a successful apply added are on the Service; of the others nothing
+                // is known but that this apply did not add them.
                 let why = format!(
-                    "the data-plane Service {} does not have this port: {e}",
+                    "the data-plane Service {} could not be given this port: {e}",
                     self.template.key
                 );
                 self.set_missing(
