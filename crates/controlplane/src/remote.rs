@@ -49,10 +49,13 @@ impl RemotePublisher {
     }
 
     /// Gateways whose data-plane objects could not be applied, with why (replaces the
-    /// previous set).
+    /// previous set). Only a change of the Gateways wakes the loop; a new error text for the
+    /// same ones is stored and shows in the next pass's status. An error that reads
+    /// differently every time (a request id, a time) would otherwise wake the loop into
+    /// another apply at once, around the retry's backoff.
     pub fn set_provisioning_errors(&self, errors: BTreeMap<ObjectKey, String>) {
         self.provisioning.send_if_modified(|current| {
-            let changed = *current != errors;
+            let changed = !current.keys().eq(errors.keys());
             *current = errors;
             changed
         });
@@ -199,6 +202,38 @@ mod tests {
     use gatehouse_sync::{ReplicaReport, UnboundListener};
     use std::net::Ipv4Addr;
     use std::time::SystemTime;
+
+    #[tokio::test]
+    async fn only_a_change_of_the_failing_gateways_wakes_the_loop() {
+        let ca = Arc::new(gatehouse_sync::Ca::generate("test"));
+        let server = ConfigServer::new(ca, Default::default());
+        let publisher = RemotePublisher::new(server, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        publisher.apply(Arc::new(config())).await;
+        let wakes = || {
+            let p = Arc::clone(&publisher);
+            async move {
+                tokio::time::timeout(std::time::Duration::from_millis(50), p.changed())
+                    .await
+                    .is_ok()
+            }
+        };
+        // What publishing itself changed is seen first.
+        for _ in 0..3 {
+            if !wakes().await {
+                break;
+            }
+        }
+        assert!(!wakes().await, "nothing left to see");
+        let gw = ObjectKey::new("ns", "gw");
+        publisher.set_provisioning_errors([(gw.clone(), "refused at 10:00".into())].into());
+        assert!(wakes().await, "a Gateway failed");
+        publisher.set_provisioning_errors([(gw.clone(), "refused at 10:01".into())].into());
+        assert!(!wakes().await, "the same Gateway, another text");
+        let problems = publisher.serving().not_serving;
+        assert!(problems[&gw].ends_with("refused at 10:01"), "{problems:?}");
+        publisher.set_provisioning_errors(BTreeMap::new());
+        assert!(wakes().await, "the Gateway's objects are applied");
+    }
 
     fn config() -> ir::Config {
         let listener = |port| ir::Listener {

@@ -112,9 +112,13 @@ impl ServiceKeeper {
         self.missing.subscribe()
     }
 
+    /// Only a change of the ports wakes the receivers; a new error text for the same ports is
+    /// stored, and shows in the next pass's status. An error that reads differently every
+    /// time (a request id, a time) would otherwise wake the loop into another apply at once,
+    /// around the retry's backoff.
     fn set_missing(&self, missing: MissingPorts) {
         self.missing.send_if_modified(|current| {
-            let changed = *current != missing;
+            let changed = !current.keys().eq(missing.keys());
             *current = missing;
             changed
         });
@@ -212,6 +216,22 @@ mod tests {
             ]
         );
         assert!(desired(&template(), &BTreeSet::new()).is_none());
+    }
+
+    #[tokio::test]
+    async fn only_a_change_of_the_missing_ports_wakes_the_loop() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let keeper = ServiceKeeper::new(Client::try_from(config).unwrap(), template());
+        let mut rx = keeper.missing_ports();
+        let port = (80, ir::Transport::Tcp);
+        keeper.set_missing([(port, "refused at 10:00".to_string())].into());
+        assert!(rx.has_changed().unwrap(), "a port went missing");
+        rx.mark_unchanged();
+        keeper.set_missing([(port, "refused at 10:01".to_string())].into());
+        assert!(!rx.has_changed().unwrap(), "the same port, another text");
+        assert_eq!(rx.borrow()[&port], "refused at 10:01", "the text is kept");
+        keeper.set_missing(MissingPorts::new());
+        assert!(rx.has_changed().unwrap(), "the port is on the Service");
     }
 
     #[test]
