@@ -980,12 +980,17 @@ async fn a_refused_service_apply_is_tried_again_until_it_goes_through() {
     let env = Env::new();
     let policy = unique("port-refused");
     // Services with the listener's port are refused in this namespace only.
-    apply(&format!(
-        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [services]}}]\n  validations: [{{expression: \"!has(object.spec.ports) || object.spec.ports.all(p, p.port != {port})\", message: port refused by the test}}]\n---\n\
-         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n",
-        port = env.port,
-        ns = env.ns
-    ));
+    refuse_in_namespace(
+        &policy,
+        &env.ns,
+        "",
+        "services",
+        &format!(
+            "!has(object.spec.ports) || object.spec.ports.all(p, p.port != {})",
+            env.port
+        ),
+        "port refused by the test",
+    );
     // The API server enforces a policy once its informer has it.
     let tcp = format!("--tcp={}:80", env.port);
     eventually(
@@ -1068,14 +1073,7 @@ async fn a_refused_service_apply_is_tried_again_until_it_goes_through() {
         kubectl_try(&["get", "service", "-n", &env.ns, "dataplane"]).is_err(),
         "the API server refused the Service"
     );
-    kubectl(
-        &[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            &policy,
-        ],
-        None,
-    );
+    stop_refusing(&policy);
     eventually(
         "the Service is applied with the listener's port",
         Duration::from_secs(60),

@@ -548,10 +548,14 @@ async fn a_refused_data_plane_apply_is_tried_again_until_it_goes_through() {
     let (listener_port, sync_port) = (free_port(), free_port());
     install_parameters_crd();
     // Deployments of three replicas are refused in this namespace only.
-    apply(&format!(
-        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}}]\n  validations: [{{expression: \"object.spec.replicas != 3\", message: three replicas refused by the test}}]\n---\n\
-         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n"
-    ));
+    refuse_in_namespace(
+        &policy,
+        &ns,
+        "apps",
+        "deployments",
+        "object.spec.replicas != 3",
+        "three replicas refused by the test",
+    );
     // The API server enforces a policy once its informer has it.
     let refused = || {
         kubectl_try(&[
@@ -598,14 +602,7 @@ async fn a_refused_data_plane_apply_is_tried_again_until_it_goes_through() {
     );
     // Several tries have failed by now; the policy goes, and nothing else changes.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    kubectl(
-        &[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            &policy,
-        ],
-        None,
-    );
+    stop_refusing(&policy);
     eventually(
         "the Deployment is applied with three replicas",
         Duration::from_secs(60),

@@ -198,3 +198,32 @@ impl Drop for TestHost {
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
     }
 }
+
+/// A ValidatingAdmissionPolicy (with its binding, both named `name`) that refuses CREATE and
+/// UPDATE of `resource` (`group`, v1) in namespace `ns` unless `expression` (CEL) holds, with
+/// `message`. The API server enforces it once its informer has it: wait with a dry run.
+pub fn refuse_in_namespace(
+    name: &str,
+    ns: &str,
+    group: &str,
+    resource: &str,
+    expression: &str,
+    message: &str,
+) {
+    apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {name}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules: [{{apiGroups: [\"{group}\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [{resource}]}}]\n  validations: [{{expression: \"{expression}\", message: {message}}}]\n---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {name}}}\nspec:\n  policyName: {name}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n"
+    ));
+}
+
+/// Removes what [`refuse_in_namespace`] made.
+pub fn stop_refusing(name: &str) {
+    kubectl(
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            name,
+        ],
+        None,
+    );
+}
