@@ -126,6 +126,12 @@ impl<S: Source> Reconciler<S> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // How much pass time the loop may spend before it is paced: see `PassBudget`.
         let mut budget = PassBudget::new(Instant::now());
+        // When the last pass ended, and whether it translated: whether a change is part of a
+        // backlog (see `PassBudget`).
+        let mut last_pass = (Instant::now(), false);
+        // Translating passes in a row that each found the next change already waiting. One
+        // alone is a change that came in while a pass finished its status; a run is a burst.
+        let mut backlog_run = 0u32;
         loop {
             let source = self.source.as_mut().expect("held between passes");
             let status = self.status.as_mut();
@@ -139,7 +145,17 @@ impl<S: Source> Reconciler<S> {
             };
             self.update_connected();
             if work {
-                let pause = budget.pause(Instant::now());
+                let now = Instant::now();
+                let backlog =
+                    last_pass.1 && now.duration_since(last_pass.0) < PassBudget::BACKLOG_GAP;
+                backlog_run = if backlog { backlog_run + 1 } else { 0 };
+                let mut pause = budget.pause(now, backlog_run >= 2);
+                // Only a pass that translates is worth holding back: our own status writes'
+                // events come back while the next change is on its way, and a pass that only
+                // finds them takes a millisecond. Holding it would hold that next change too.
+                if !pause.is_zero() && !self.would_translate().await {
+                    pause = Duration::ZERO;
+                }
                 if !pause.is_zero() {
                     self.state
                         .metrics
@@ -151,9 +167,10 @@ impl<S: Source> Reconciler<S> {
                     }
                 }
                 let started = Instant::now();
-                self.reconcile().await;
+                let translated = self.reconcile().await;
                 let ended = Instant::now();
-                budget.spend(ended - started, ended);
+                budget.spend(ended - started, ended, backlog);
+                last_pass = (ended, translated);
             }
         }
         if let Some(sink) = self.status.take() {
@@ -170,8 +187,36 @@ impl<S: Source> Reconciler<S> {
         self.state.set_connected(connected);
     }
 
-    /// One pass of the pipeline.
-    pub async fn reconcile(&mut self) {
+    /// Whether a pass now would translate, from a snapshot taken and dropped: not when the
+    /// snapshot reads as the last pass's did (only status and the resourceVersions our writes
+    /// bumped changed), as [`Reconciler::reconcile`] decides.
+    async fn would_translate(&mut self) -> bool {
+        let Some(last) = self.last.take() else {
+            return true;
+        };
+        let mut source = self.source.take().expect("held between passes");
+        let mut adjust = self.adjust.take();
+        let mut options = self.options.clone();
+        let serving = self.publisher.serving();
+        let (source, adjust, last, same) = tokio::task::spawn_blocking(move || {
+            let snapshot = source.snapshot();
+            if let Some(adjust) = adjust.as_mut() {
+                adjust(&snapshot.input, &mut options);
+            }
+            let same = last.reads_the_same(&snapshot, &options, &serving);
+            (source, adjust, last, same)
+        })
+        .await
+        .expect("reading a snapshot never panics");
+        self.source = Some(source);
+        self.adjust = adjust;
+        self.last = Some(last);
+        !same
+    }
+
+    /// One pass of the pipeline. Returns whether it translated (a pass whose snapshot read
+    /// as the last one's reuses that translation and only writes status).
+    pub async fn reconcile(&mut self) -> bool {
         let started = Instant::now();
         let mut source = self.source.take().expect("held between passes");
         let mut adjust = self.adjust.take();
@@ -208,6 +253,7 @@ impl<S: Source> Reconciler<S> {
             .expect("reading and translating never panic");
         self.source = Some(source);
         self.adjust = adjust;
+        let translating = matches!(translated, Translated::New(_));
         let (serving, infrastructure) = match translated {
             Translated::New(mut output) => {
                 let infrastructure = std::mem::take(&mut output.infrastructure);
@@ -264,6 +310,7 @@ impl<S: Source> Reconciler<S> {
             serving,
             infrastructure,
         });
+        translating
     }
 }
 
@@ -348,10 +395,16 @@ fn ms(d: Duration) -> f64 {
 /// objects apart, and takes it from the API server the burst is going through. The loop may
 /// spend [`PassBudget::BURST`] of pass time at once; beyond that it is held to
 /// [`PassBudget::SHARE`] of one core, by pausing before a pass until the budget is back to
-/// zero, and each paced pass takes in everything that arrived meanwhile. Changes made one at
-/// a time (an edit, then another once the first serves) never wait: the allowance covers
-/// them, and comes back at half of wall time while the loop is idle. Budgeting time rather
-/// than counting passes keeps the pause right whether a pass takes 1 ms or 300 ms.
+/// zero, and each paced pass takes in everything that arrived meanwhile. Only a backlog is
+/// paced: a change that was already waiting when a translating pass ended, twice running, and
+/// only when the pass it starts would translate (not one that finds only our own status
+/// writes). A change the loop
+/// sat idle for comes from someone who waited for the last one to serve (an edit, then the
+/// next; a pipeline applying one object after another): holding it would coalesce nothing,
+/// since nothing else is coming until it serves, and would only delay it. Such passes still
+/// count, so a burst that follows them is paced at once, but the debt is capped at one
+/// `BURST`. Budgeting time rather than counting passes keeps the pause right whether a pass
+/// takes 1 ms or 300 ms.
 #[derive(Debug)]
 struct PassBudget {
     /// Pass time the loop may still spend at once, in seconds; negative is a debt.
@@ -368,6 +421,10 @@ impl PassBudget {
     /// The longest pause before one pass, so a change is never held longer whatever a pass
     /// cost.
     const MAX_PAUSE: Duration = Duration::from_secs(1);
+    /// A change that arrives within this of the last pass's end was waiting while it ran: a
+    /// backlog. An idle loop waits far longer for its next change (a watch event, a file
+    /// event) than the few microseconds between a pass's end and the next `select!`.
+    const BACKLOG_GAP: Duration = Duration::from_millis(1);
 
     fn new(now: Instant) -> Self {
         PassBudget {
@@ -383,19 +440,29 @@ impl PassBudget {
         self.updated = now;
     }
 
-    /// How long to wait before the next pass may start.
-    fn pause(&mut self, now: Instant) -> Duration {
+    /// How long to wait before the next pass may start: nothing unless the change is part
+    /// of a `backlog` and the budget is in debt.
+    fn pause(&mut self, now: Instant, backlog: bool) -> Duration {
         self.refill(now);
-        if self.credit >= 0.0 {
+        if !backlog || self.credit >= 0.0 {
             return Duration::ZERO;
         }
         Duration::from_secs_f64(-self.credit / Self::SHARE).min(Self::MAX_PAUSE)
     }
 
-    /// A pass that took `took` ended at `now`.
-    fn spend(&mut self, took: Duration, now: Instant) {
+    /// A pass that took `took` ended at `now`; `backlog` as for [`PassBudget::pause`]. Only
+    /// a backlog runs the loop into debt: a pass the loop sat idle for uses up what credit
+    /// there is and leaves any debt as it was, so a change made now and then is never held
+    /// for the cost of the ones before it. The debt stops at one `BURST`, so that one pass
+    /// far over the budget holds the next back by `MAX_PAUSE` at most a few times.
+    fn spend(&mut self, took: Duration, now: Instant, backlog: bool) {
         self.refill(now);
-        self.credit -= took.as_secs_f64();
+        let floor = if backlog {
+            -Self::BURST.as_secs_f64()
+        } else {
+            self.credit.min(0.0)
+        };
+        self.credit = (self.credit - took.as_secs_f64()).max(floor);
     }
 }
 
@@ -517,9 +584,9 @@ mod tests {
     ) -> Vec<Duration> {
         (0..passes)
             .map(|_| {
-                let pause = budget.pause(*now);
+                let pause = budget.pause(*now, true);
                 *now += pause + took;
-                budget.spend(took, *now);
+                budget.spend(took, *now, true);
                 pause
             })
             .collect()
@@ -532,9 +599,9 @@ mod tests {
         // 100 passes of 85 ms, each change 100 ms after the last pass ended: the loop is
         // busy less than half of the time, so the budget never runs out.
         for _ in 0..100 {
-            assert_eq!(budget.pause(now), Duration::ZERO);
+            assert_eq!(budget.pause(now, true), Duration::ZERO);
             now += 85 * MS;
-            budget.spend(85 * MS, now);
+            budget.spend(85 * MS, now, true);
             now += 100 * MS;
         }
     }
@@ -565,16 +632,59 @@ mod tests {
     }
 
     #[test]
+    fn a_change_the_loop_waited_for_is_never_held() {
+        let mut now = Instant::now();
+        let mut budget = PassBudget::new(now);
+        // Sequential changes (each made once the last one serves) that keep the loop busy 80%
+        // of the time: passes of 80 ms, 20 ms idle before each next change. None is held ...
+        for _ in 0..200 {
+            assert_eq!(budget.pause(now, false), Duration::ZERO);
+            now += 80 * MS;
+            budget.spend(80 * MS, now, false);
+            now += 20 * MS;
+        }
+        // ... nor is the one change among them that happened to arrive during a pass: they
+        // used up the allowance but ran up no debt for it to pay.
+        assert_eq!(budget.pause(now, true), Duration::ZERO);
+        // A burst now is paced after its first pass, at half a core: 40 passes of 100 ms wait
+        // about 100 ms each. A debt run up by the 200 passes (6 s at half a core) would hold
+        // them back a second each instead.
+        let pauses = back_to_back(&mut budget, &mut now, 100 * MS, 40);
+        assert!(!pauses[1].is_zero(), "the burst is paced at once");
+        let waited: Duration = pauses.iter().sum();
+        assert!(
+            waited <= Duration::from_millis(4200),
+            "the burst's 40 passes waited {waited:?} in all"
+        );
+    }
+
+    #[test]
+    fn a_debt_stops_at_one_burst() {
+        let mut now = Instant::now();
+        let mut budget = PassBudget::new(now);
+        // A backlog of passes of 3 s each (a huge configuration on a slow machine): each
+        // waits MAX_PAUSE, and the debt never grows past one BURST, so once the passes get
+        // cheap again the pauses shrink back to half a core within a few passes.
+        let slow = back_to_back(&mut budget, &mut now, 3000 * MS, 10);
+        assert!(slow[2..].iter().all(|p| *p == PassBudget::MAX_PAUSE));
+        let fast = back_to_back(&mut budget, &mut now, 100 * MS, 10);
+        assert!(
+            fast[5..].iter().all(|p| p.abs_diff(100 * MS) <= MS),
+            "pauses after the slow passes: {fast:?}"
+        );
+    }
+
+    #[test]
     fn the_budget_comes_back_while_idle_and_a_pause_is_bounded() {
         let mut now = Instant::now();
         let mut budget = PassBudget::new(now);
         // One pass far beyond the budget: the next waits at most MAX_PAUSE.
         now += Duration::from_secs(10);
-        budget.spend(Duration::from_secs(10), now);
-        assert_eq!(budget.pause(now), PassBudget::MAX_PAUSE);
+        budget.spend(Duration::from_secs(10), now, true);
+        assert_eq!(budget.pause(now, true), PassBudget::MAX_PAUSE);
         // A quiet spell refills it to a full burst, no more.
         now += Duration::from_secs(60);
-        assert_eq!(budget.pause(now), Duration::ZERO);
+        assert_eq!(budget.pause(now, true), Duration::ZERO);
         let pauses = back_to_back(&mut budget, &mut now, 100 * MS, 25);
         let unpaused = pauses.iter().take_while(|p| p.is_zero()).count();
         assert!(
