@@ -2,6 +2,7 @@
 //! loop that turns them into configurations and status, and where status goes.
 
 pub mod check;
+mod failures;
 mod file;
 pub mod kubernetes;
 mod locate;

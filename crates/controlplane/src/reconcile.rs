@@ -126,9 +126,9 @@ impl<S: Source> Reconciler<S> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // How much pass time the loop may spend before it is paced: see `PassBudget`.
         let mut budget = PassBudget::new(Instant::now());
-        // When the last pass ended, and whether it translated: whether a change is part of a
-        // backlog (see `PassBudget`).
-        let mut last_pass = (Instant::now(), false);
+        // When the last pass ended, if it translated: whether a change is part of a backlog
+        // (see `PassBudget`).
+        let mut translated_end: Option<Instant> = None;
         // Translating passes in a row that each found the next change already waiting. One
         // alone is a change that came in while a pass finished its status; a run is a burst.
         let mut backlog_run = 0u32;
@@ -146,8 +146,8 @@ impl<S: Source> Reconciler<S> {
             self.update_connected();
             if work {
                 let now = Instant::now();
-                let backlog =
-                    last_pass.1 && now.duration_since(last_pass.0) < PassBudget::BACKLOG_GAP;
+                let backlog = translated_end
+                    .is_some_and(|end| now.duration_since(end) < PassBudget::BACKLOG_GAP);
                 backlog_run = if backlog { backlog_run + 1 } else { 0 };
                 let mut pause = budget.pause(now, backlog_run >= 2);
                 // Only a pass that translates is worth holding back: our own status writes'
@@ -170,7 +170,7 @@ impl<S: Source> Reconciler<S> {
                 let translated = self.reconcile().await;
                 let ended = Instant::now();
                 budget.spend(ended - started, ended, backlog);
-                last_pass = (ended, translated);
+                translated_end = translated.then_some(ended);
             }
         }
         if let Some(sink) = self.status.take() {
@@ -199,10 +199,7 @@ impl<S: Source> Reconciler<S> {
         let mut options = self.options.clone();
         let serving = self.publisher.serving();
         let (source, adjust, last, same) = tokio::task::spawn_blocking(move || {
-            let snapshot = source.snapshot();
-            if let Some(adjust) = adjust.as_mut() {
-                adjust(&snapshot.input, &mut options);
-            }
+            let snapshot = read(&mut source, &mut adjust, &mut options);
             let same = last.reads_the_same(&snapshot, &options, &serving);
             (source, adjust, last, same)
         })
@@ -228,10 +225,7 @@ impl<S: Source> Reconciler<S> {
         let (source, adjust, snapshot, options, translated, times) =
             tokio::task::spawn_blocking(move || {
                 let ((snapshot, reused), snapshot_took) = timed(|| {
-                    let snapshot = source.snapshot();
-                    if let Some(adjust) = adjust.as_mut() {
-                        adjust(&snapshot.input, &mut options);
-                    }
+                    let snapshot = read(&mut source, &mut adjust, &mut options);
                     let reused = last.filter(|l| l.reads_the_same(&snapshot, &options, &serving));
                     (snapshot, reused)
                 });
@@ -378,6 +372,19 @@ impl PassTimes {
     }
 }
 
+/// A snapshot of `source`, and `options` adjusted to it (the mode's per-snapshot options).
+fn read<S: Source>(
+    source: &mut S,
+    adjust: &mut Option<AdjustOptions>,
+    options: &mut TranslateOptions,
+) -> SourceSnapshot {
+    let snapshot = source.snapshot();
+    if let Some(adjust) = adjust.as_mut() {
+        adjust(&snapshot.input, options);
+    }
+    snapshot
+}
+
 /// `f`'s result and how long it took.
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let t = Instant::now();
@@ -398,13 +405,12 @@ fn ms(d: Duration) -> f64 {
 /// zero, and each paced pass takes in everything that arrived meanwhile. Only a backlog is
 /// paced: a change that was already waiting when a translating pass ended, twice running, and
 /// only when the pass it starts would translate (not one that finds only our own status
-/// writes). A change the loop
-/// sat idle for comes from someone who waited for the last one to serve (an edit, then the
-/// next; a pipeline applying one object after another): holding it would coalesce nothing,
-/// since nothing else is coming until it serves, and would only delay it. Such passes still
-/// count, so a burst that follows them is paced at once, but the debt is capped at one
-/// `BURST`. Budgeting time rather than counting passes keeps the pause right whether a pass
-/// takes 1 ms or 300 ms.
+/// writes). A change the loop sat idle for comes from someone who waited for the last one to
+/// serve (an edit, then the next; a pipeline applying one object after another): holding it
+/// would coalesce nothing, since nothing else is coming until it serves, and would only delay
+/// it. Its pass uses up what credit there is, so a burst that follows is paced at once, but
+/// runs up no debt ([`PassBudget::spend`]). Budgeting time rather than counting passes keeps
+/// the pause right whether a pass takes 1 ms or 300 ms.
 #[derive(Debug)]
 struct PassBudget {
     /// Pass time the loop may still spend at once, in seconds; negative is a debt.

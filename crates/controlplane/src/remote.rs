@@ -49,16 +49,9 @@ impl RemotePublisher {
     }
 
     /// Gateways whose data-plane objects could not be applied, with why (replaces the
-    /// previous set). Only a change of the Gateways wakes the loop; a new error text for the
-    /// same ones is stored and shows in the next pass's status. An error that reads
-    /// differently every time (a request id, a time) would otherwise wake the loop into
-    /// another apply at once, around the retry's backoff.
+    /// previous set; only a change of the Gateways wakes the loop: `failures::replace`).
     pub fn set_provisioning_errors(&self, errors: BTreeMap<ObjectKey, String>) {
-        self.provisioning.send_if_modified(|current| {
-            let changed = !current.keys().eq(errors.keys());
-            *current = errors;
-            changed
-        });
+        crate::failures::replace(&self.provisioning, errors);
     }
 }
 

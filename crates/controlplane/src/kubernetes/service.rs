@@ -112,16 +112,9 @@ impl ServiceKeeper {
         self.missing.subscribe()
     }
 
-    /// Only a change of the ports wakes the receivers; a new error text for the same ports is
-    /// stored, and shows in the next pass's status. An error that reads differently every
-    /// time (a request id, a time) would otherwise wake the loop into another apply at once,
-    /// around the retry's backoff.
+    /// Only a change of the ports wakes the receivers (`failures::replace`).
     fn set_missing(&self, missing: MissingPorts) {
-        self.missing.send_if_modified(|current| {
-            let changed = !current.keys().eq(missing.keys());
-            *current = missing;
-            changed
-        });
+        crate::failures::replace(&self.missing, missing);
     }
 
     /// Applies the Service `config`'s listeners need, if it differs from the last one applied;
