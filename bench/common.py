@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts (bench/dataplane/run, bench/nfr/run,
-bench/controlplane/run, standalone and seed001)."""
+bench/controlplane/run, standalone and seed001, bench/provisioned/memory)."""
 
 import os
 import random
@@ -28,6 +28,19 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def proc_memory_kib(pid):
+    """VmRSS and its anonymous and file-backed parts (RssAnon, RssFile) of one process, KiB.
+    The file-backed part is the binary's code the kernel mapped (in blocks around each page
+    touched), not the configuration: benchmarks report it apart."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile"):
+                out[k] = int(v.split()[0])
+    return out
 
 
 def chart_python(root, log):
