@@ -117,6 +117,16 @@ impl ServiceKeeper {
         crate::failures::replace(&self.missing, missing);
     }
 
+    /// This replica no longer leads: the Service is the new leader's to keep. The ports an
+    /// apply of ours could not add are no longer ours to report (they would stay in this
+    /// replica's status until it led again, whatever the leader has applied since), and what
+    /// we applied last may be overwritten by then, so leading again applies afresh.
+    pub fn stand_down(&mut self) {
+        self.last = None;
+        self.applied.clear();
+        self.set_missing(MissingPorts::new());
+    }
+
     /// Applies the Service `config`'s listeners need, if it differs from the last one applied;
     /// false when the API server refused it or did not answer (the caller tries again later:
     /// nothing else would, since the next pass comes only with a change).
@@ -227,9 +237,8 @@ mod tests {
         assert!(rx.has_changed().unwrap(), "the port is on the Service");
     }
 
-    #[test]
-    fn a_udp_listener_gets_a_udp_port_beside_a_tcp_one_of_the_same_number() {
-        let listener = |name: &str, port, protocol| ir::Listener {
+    fn listener(name: &str, port: u16, protocol: ir::ListenerProtocol) -> ir::Listener {
+        ir::Listener {
             name: name.into(),
             address: "0.0.0.0".parse().unwrap(),
             port,
@@ -241,20 +250,28 @@ mod tests {
             tls_routes: Vec::new(),
             l4_route: None,
             filters: Vec::new(),
-        };
-        let config = ir::Config {
+        }
+    }
+
+    fn config(listeners: Vec<ir::Listener>) -> ir::Config {
+        ir::Config {
             gateways: vec![ir::Gateway {
                 namespace: "default".into(),
                 name: "gw".into(),
-                listeners: vec![
-                    listener("dns", 53, ir::ListenerProtocol::Udp),
-                    listener("dns-tcp", 53, ir::ListenerProtocol::Tcp),
-                    listener("https", 443, ir::ListenerProtocol::Https),
-                    listener("tls", 8443, ir::ListenerProtocol::Tls),
-                ],
+                listeners,
             }],
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_udp_listener_gets_a_udp_port_beside_a_tcp_one_of_the_same_number() {
+        let config = config(vec![
+            listener("dns", 53, ir::ListenerProtocol::Udp),
+            listener("dns-tcp", 53, ir::ListenerProtocol::Tcp),
+            listener("https", 443, ir::ListenerProtocol::Https),
+            listener("tls", 8443, ir::ListenerProtocol::Tls),
+        ]);
         let svc = desired(&template(), &listener_ports(&config)).unwrap();
         let ports: Vec<(String, i32, String)> = svc
             .spec
@@ -273,5 +290,31 @@ mod tests {
                 ("tcp-8443".to_string(), 8443, "TCP".to_string()),
             ]
         );
+    }
+
+    /// A replica that stops leading forgets the ports it failed to add and what it applied:
+    /// an API server that refuses connections stands in for one that refused the apply.
+    #[tokio::test]
+    async fn a_replica_that_stops_leading_reports_no_ports_and_applies_afresh_when_it_leads() {
+        let api = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut keeper = ServiceKeeper::new(Client::try_from(api).unwrap(), template());
+        let rx = keeper.missing_ports();
+        let config = config(vec![listener("http", 80, ir::ListenerProtocol::Http)]);
+
+        assert!(!keeper.sync(&config).await, "the API server is not there");
+        let port = (80, ir::Transport::Tcp);
+        assert!(rx.borrow().contains_key(&port), "{:?}", *rx.borrow());
+        keeper.stand_down();
+        assert!(rx.borrow().is_empty(), "{:?}", *rx.borrow());
+
+        // As if an apply of ours had succeeded: an unchanged port set costs no request ...
+        let ports = listener_ports(&config);
+        keeper.last = desired(&template(), &ports);
+        keeper.applied = ports;
+        assert!(keeper.sync(&config).await, "nothing to apply");
+        // ... until this replica has stopped leading, when the Service may have changed.
+        keeper.stand_down();
+        assert!(!keeper.sync(&config).await, "applied afresh");
+        assert!(rx.borrow().contains_key(&port));
     }
 }

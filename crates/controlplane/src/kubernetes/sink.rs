@@ -179,6 +179,9 @@ impl StatusSink for KubeStatus {
                 // Whatever this replica queued as leader is the new leader's to write now.
                 self.writer.forget_pending();
                 self.retry = ProvisionRetry::new();
+                if let Some(service) = self.service.as_mut() {
+                    service.stand_down();
+                }
                 return;
             }
             let mut failed = false;
