@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod arena;
+
 /// jemalloc instead of glibc's malloc: see "Memory allocator" in docs/architecture.md. Its
 /// settings are compiled in (`.cargo/config.toml`): freed pages go back within a second, from
 /// a background thread.
@@ -255,13 +257,26 @@ fn main() -> ExitCode {
     // `run` and `controller` serve connections on their own worker threads (see
     // gatehouse_dataplane::Options::dedicated_workers); this runtime only carries the control
     // plane and the admin server. `echo` serves on it.
+    // `run` and `controller` translate on this runtime: its threads (this one, its worker,
+    // its blocking pool) share one allocator arena (`arena.rs`), while the data plane's
+    // workers are started elsewhere and keep their own. `proxy` only decodes and compiles
+    // here, and measured more memory pinned (docs/architecture.md); `echo` serves here.
+    let pin = matches!(cli.command, Command::Run(_) | Command::Controller(_));
     let main_threads = match cli.command {
         #[cfg(feature = "echo")]
         Command::Echo { .. } => workers,
         _ => 1,
     };
+    if pin {
+        arena::pin_to_control_plane();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(main_threads)
+        .on_thread_start(move || {
+            if pin {
+                arena::pin_to_control_plane();
+            }
+        })
         .enable_all()
         .build()
         .expect("tokio runtime");
