@@ -11,6 +11,7 @@ help:
 	@echo "make image     container images (buildah, no Docker): target/image, target/images"
 	@echo "make helm-e2e  the image and the Helm chart end to end on the local cluster (root)"
 	@echo "make bench-seed001 seed 001's scale tests (listeners, HTTPS, routes, upstreams, matches), standalone"
+	@echo "                 (BENCH_ARGS='--mode api' or '--mode provisioned': through the local API server, root)"
 	@echo "make bench-nfr zero-downtime scaling and longevity (seeds 000, 002) on the local cluster (root)"
 	@echo "make conformance  the official Gateway API conformance suite on a local control plane (root;"
 	@echo "                 CONFORMANCE_ARGS=--provisioned: through a data plane per Gateway)"
