@@ -168,14 +168,10 @@ async fn traffic_survives_an_api_server_outage() {
         "the API server is back",
         Duration::from_secs(60),
         || async {
-            Command::new(
-                std::env::var("GATEHOUSE_CLUSTER_BIN")
-                    .map(|b| format!("{b}/kubectl"))
-                    .unwrap_or_else(|_| "kubectl".into()),
-            )
-            .args(["get", "--raw", "/readyz"])
-            .output()
-            .is_ok_and(|o| o.status.success())
+            Command::new(kubectl_bin())
+                .args(["get", "--raw", "/readyz"])
+                .output()
+                .is_ok_and(|o| o.status.success())
         },
     )
     .await;
@@ -221,16 +217,11 @@ async fn traffic_survives_an_api_server_outage() {
         during.0
     );
     running.stop().await;
+    let k = kubectl_bin();
     let _ = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "{} delete namespace {ns} --wait=false; {} delete gatewayclass {class} --wait=false",
-            std::env::var("GATEHOUSE_CLUSTER_BIN")
-                .map(|b| format!("{b}/kubectl"))
-                .unwrap_or_else(|_| "kubectl".into()),
-            std::env::var("GATEHOUSE_CLUSTER_BIN")
-                .map(|b| format!("{b}/kubectl"))
-                .unwrap_or_else(|_| "kubectl".into())
+            "{k} delete namespace {ns} --wait=false; {k} delete gatewayclass {class} --wait=false"
         ))
         .output();
 }

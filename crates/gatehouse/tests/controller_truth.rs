@@ -86,9 +86,7 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        let k = std::env::var("GATEHOUSE_CLUSTER_BIN")
-            .map(|b| format!("{b}/kubectl"))
-            .unwrap_or_else(|_| "kubectl".into());
+        let k = kubectl_bin();
         let _ = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(

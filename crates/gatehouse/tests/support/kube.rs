@@ -31,7 +31,8 @@ pub async fn kube_client() -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-fn kubectl_bin() -> String {
+/// The cluster's kubectl (cluster/up exports its directory), else the one on PATH.
+pub fn kubectl_bin() -> String {
     std::env::var("GATEHOUSE_CLUSTER_BIN")
         .map(|b| format!("{b}/kubectl"))
         .unwrap_or_else(|_| "kubectl".into())
