@@ -30,6 +30,19 @@ def free_ports(n):
     return ports
 
 
+def control_plane_bench():
+    """bench/controlplane/run (a script without a .py name) as a module: its cluster, API
+    client, echo host, process and provisioning helpers, for the other control-plane
+    benchmarks."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "controlplane", "run")
+    loader = importlib.machinery.SourceFileLoader("cp_run", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("cp_run", loader))
+    loader.exec_module(module)
+    return module
+
+
 def proc_memory_kib(pid):
     """VmRSS and its anonymous and file-backed parts (RssAnon, RssFile) of one process, KiB.
     The file-backed part is the binary's code the kernel mapped (in blocks around each page
