@@ -580,6 +580,27 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// Runs passes of `took`, each after the pause the budget asks for and followed by `idle`
+    /// before the next change arrives (`backlog` as the loop would say), and returns the
+    /// pauses.
+    fn spaced(
+        budget: &mut PassBudget,
+        now: &mut Instant,
+        (took, idle): (Duration, Duration),
+        passes: usize,
+        backlog: bool,
+    ) -> Vec<Duration> {
+        (0..passes)
+            .map(|_| {
+                let pause = budget.pause(*now, backlog);
+                *now += pause + took;
+                budget.spend(took, *now, backlog);
+                *now += idle;
+                pause
+            })
+            .collect()
+    }
+
     /// Runs passes of `took` back to back, each after the pause the budget asks for, and
     /// returns the pauses.
     fn back_to_back(
@@ -588,14 +609,7 @@ mod tests {
         took: Duration,
         passes: usize,
     ) -> Vec<Duration> {
-        (0..passes)
-            .map(|_| {
-                let pause = budget.pause(*now, true);
-                *now += pause + took;
-                budget.spend(took, *now, true);
-                pause
-            })
-            .collect()
+        spaced(budget, now, (took, Duration::ZERO), passes, true)
     }
 
     #[test]
@@ -604,12 +618,8 @@ mod tests {
         let mut budget = PassBudget::new(now);
         // 100 passes of 85 ms, each change 100 ms after the last pass ended: the loop is
         // busy less than half of the time, so the budget never runs out.
-        for _ in 0..100 {
-            assert_eq!(budget.pause(now, true), Duration::ZERO);
-            now += 85 * MS;
-            budget.spend(85 * MS, now, true);
-            now += 100 * MS;
-        }
+        let pauses = spaced(&mut budget, &mut now, (85 * MS, 100 * MS), 100, true);
+        assert!(pauses.iter().all(Duration::is_zero), "{pauses:?}");
     }
 
     #[test]
@@ -643,12 +653,8 @@ mod tests {
         let mut budget = PassBudget::new(now);
         // Sequential changes (each made once the last one serves) that keep the loop busy 80%
         // of the time: passes of 80 ms, 20 ms idle before each next change. None is held ...
-        for _ in 0..200 {
-            assert_eq!(budget.pause(now, false), Duration::ZERO);
-            now += 80 * MS;
-            budget.spend(80 * MS, now, false);
-            now += 20 * MS;
-        }
+        let pauses = spaced(&mut budget, &mut now, (80 * MS, 20 * MS), 200, false);
+        assert!(pauses.iter().all(Duration::is_zero), "{pauses:?}");
         // ... nor is the one change among them that happened to arrive during a pass: they
         // used up the allowance but ran up no debt for it to pay.
         assert_eq!(budget.pause(now, true), Duration::ZERO);

@@ -37,15 +37,14 @@ pub fn pin_to_control_plane() {
     }
 }
 
-/// The arena the calling thread allocates from.
-#[cfg(test)]
-fn current() -> u32 {
-    Access::<u32>::read(b"thread.arena\0".name()).expect("thread.arena")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The arena the calling thread allocates from.
+    fn current() -> u32 {
+        Access::<u32>::read(b"thread.arena\0".name()).expect("thread.arena")
+    }
 
     #[test]
     fn pinned_threads_share_one_arena_that_other_threads_do_not_get() {

@@ -257,29 +257,22 @@ fn main() -> ExitCode {
     // `run` and `controller` serve connections on their own worker threads (see
     // gatehouse_dataplane::Options::dedicated_workers); this runtime only carries the control
     // plane and the admin server. `echo` serves on it.
-    // `run` and `controller` translate on this runtime: its threads (this one, its worker,
-    // its blocking pool) share one allocator arena (`arena.rs`), while the data plane's
-    // workers are started elsewhere and keep their own. `proxy` only decodes and compiles
-    // here, and measured more memory pinned (docs/architecture.md); `echo` serves here.
-    let pin = matches!(cli.command, Command::Run(_) | Command::Controller(_));
     let main_threads = match cli.command {
         #[cfg(feature = "echo")]
         Command::Echo { .. } => workers,
         _ => 1,
     };
-    if pin {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(main_threads).enable_all();
+    // `run` and `controller` translate on this runtime: its threads (this one, its worker,
+    // its blocking pool) share one allocator arena (`arena.rs`), while the data plane's
+    // workers keep their own. `proxy` only decodes and compiles here, and measured more
+    // memory pinned (docs/architecture.md).
+    if matches!(cli.command, Command::Run(_) | Command::Controller(_)) {
         arena::pin_to_control_plane();
+        runtime.on_thread_start(arena::pin_to_control_plane);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(main_threads)
-        .on_thread_start(move || {
-            if pin {
-                arena::pin_to_control_plane();
-            }
-        })
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = runtime.build().expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(run_options(args, workers))

@@ -167,12 +167,7 @@ async fn traffic_survives_an_api_server_outage() {
     eventually(
         "the API server is back",
         Duration::from_secs(60),
-        || async {
-            Command::new(kubectl_bin())
-                .args(["get", "--raw", "/readyz"])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        },
+        || async { kubectl_try(&["get", "--raw", "/readyz"]).is_ok() },
     )
     .await;
     eventually(
