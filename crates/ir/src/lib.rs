@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 mod split;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 /// A regular expression of a route match as Gatehouse runs it: anchored at both ends, so it
 /// must match the whole path or value (`^(?:re)$`; the group keeps alternations inside the
@@ -219,11 +220,15 @@ pub struct QueryParamMatch {
 }
 
 /// Identifies the route rule a request matched, for metrics, logs and debugging.
+///
+/// The names are shared, not owned: translate makes one per route and every rule, listener
+/// and pass that carries it clones a reference count, not three strings (a fifth of the
+/// allocations of translating 5000 routes were these copies).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RouteRef {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+    pub kind: Arc<str>,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
     /// Index of the rule in the route's spec.
     pub rule: usize,
 }

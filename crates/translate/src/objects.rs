@@ -48,10 +48,6 @@ pub fn key_of(meta: &ObjectMeta) -> (&str, &str) {
     )
 }
 
-/// A route's [`age_key`], computed once per pass and shared by its attachments and their
-/// match candidates (precedence sorts thousands of them by it).
-pub type Age = std::rc::Rc<(Timestamp, ObjectKey)>;
-
 /// Sort key that puts older objects first and breaks ties by namespace/name, as the spec asks
 /// for route and listener precedence. Objects without a creation time count as oldest.
 pub fn age_key(meta: &ObjectMeta) -> (Timestamp, ObjectKey) {

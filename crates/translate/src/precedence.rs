@@ -22,7 +22,7 @@ pub struct Candidate {
     pub matcher: ir::HttpMatch,
     /// Index into the listener's rules.
     pub rule: usize,
-    pub route_age: crate::objects::Age,
+    pub route_age: crate::routes::Age,
     pub rule_index: usize,
     pub match_index: usize,
 }
@@ -34,7 +34,7 @@ type MatchKey = (
     bool,
     Reverse<usize>,
     Reverse<usize>,
-    crate::objects::Age,
+    crate::routes::Age,
     usize,
     usize,
 );

@@ -53,7 +53,7 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
     let mut dropped: Vec<(usize, usize)> = Vec::new(); // (attachment, the older rival)
     for i in order {
         let a = &out.attachments[i];
-        let kind = a.route.kind.as_str();
+        let kind = a.route().kind.as_str();
         let rival = rival_kind(kind)
             .and_then(|other| kept.get(&(a.gateway, a.listener, other)))
             .and_then(|older| {
@@ -77,7 +77,7 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
     let mut lost: BTreeMap<(RouteKey, usize), String> = BTreeMap::new();
     for &(i, k) in &dropped {
         let a = &out.attachments[i];
-        let winner = &out.attachments[k].route;
+        let winner = out.attachments[k].route();
         let listener = &mut gateways[a.gateway].listeners[a.listener];
         listener.attached_routes -= 1;
         let why = format!(
@@ -86,7 +86,7 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
             listener.name, winner.kind, winner.key
         );
         for &p in &a.parents {
-            lost.entry((a.route.clone(), p))
+            lost.entry((a.route().clone(), p))
                 .or_insert_with(|| why.clone());
         }
     }
@@ -99,7 +99,7 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
     let still_served = |route: &RouteKey, parent: usize, attachments: &[Attachment]| {
         attachments
             .iter()
-            .any(|a| a.route == *route && a.parents.contains(&parent))
+            .any(|a| a.route() == route && a.parents.contains(&parent))
     };
     for ((route, parent), why) in lost {
         if still_served(&route, parent, &out.attachments) {

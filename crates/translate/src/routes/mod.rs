@@ -159,6 +159,55 @@ impl RouteKey {
     }
 }
 
+/// A route's place in precedence, made once per pass and shared (behind an [`Age`]) by its
+/// attachments and their match candidates, which sort thousands of times by it: older first,
+/// then by namespace/name, as the spec asks. It carries the route's key, so an attachment
+/// needs no copy of its own.
+#[derive(Debug)]
+pub struct RouteAge {
+    /// The creation time; objects without one count as oldest.
+    pub created: k8s_openapi::jiff::Timestamp,
+    pub key: RouteKey,
+}
+
+impl RouteAge {
+    fn of<R: Kind>(route: &R, kind: &str) -> Self {
+        let (created, key) = age_key(route.meta());
+        RouteAge {
+            created,
+            key: RouteKey {
+                kind: kind.to_string(),
+                key,
+            },
+        }
+    }
+}
+
+/// Precedence looks at the time and namespace/name only: two routes of different kinds with
+/// one name and one creation time are equal here, and keep the order they were visited in.
+impl Ord for RouteAge {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.created, &self.key.key).cmp(&(other.created, &other.key.key))
+    }
+}
+
+impl PartialOrd for RouteAge {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for RouteAge {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for RouteAge {}
+
+/// A route's [`RouteAge`], shared.
+pub type Age = Rc<RouteAge>;
+
 /// What a rule's translation may ask of the shared machinery.
 pub struct RuleCtx<'b, 'a> {
     backends: &'b mut Backends<'a>,
@@ -250,13 +299,20 @@ pub struct Attachment {
     /// The route's own hostnames, lower case (empty: any), for precedence between routes that
     /// serve the same name ([`crate::hostname::origin_specificity`]).
     pub route_hostnames: Rc<[String]>,
-    /// The route, and the entries of its status (`parents`) whose parentRefs chose this
-    /// listener (for [`kind_conflicts`], which may take the listener away again).
-    pub route: RouteKey,
+    /// The entries of the route's status (`parents`) whose parentRefs chose this listener
+    /// (for [`kind_conflicts`], which may take the listener away again).
     pub parents: Vec<usize>,
-    pub route_age: crate::objects::Age,
+    /// The route's age and key ([`Attachment::route`]).
+    pub route_age: Age,
     /// (index in the route's spec, rule)
     pub rules: Rc<Vec<(usize, RouteRule)>>,
+}
+
+impl Attachment {
+    /// The route attached.
+    pub fn route(&self) -> &RouteKey {
+        &self.route_age.key
+    }
 }
 
 /// Everything the routes of all kinds attached, and their status.
@@ -282,27 +338,22 @@ pub fn attach_kind<R: RouteKind>(
     ctx: &mut AttachCtx<'_, '_>,
     out: &mut Attached,
 ) {
+    let kind = R::kind_name();
+    // One per kind, shared by the RouteRef of every rule of every route of the kind.
+    let kind_ref: Arc<str> = Arc::from(kind.as_str());
     // Each route's age once (not once per comparison): it also orders its attachments.
-    let mut ordered: Vec<(crate::objects::Age, &R)> = routes
+    let mut ordered: Vec<(Age, &R)> = routes
         .iter()
-        .map(|r| (Rc::new(age_key(r.meta())), &**r))
+        .map(|r| (Rc::new(RouteAge::of(&**r, &kind)), &**r))
         .collect();
     ordered.sort_by(|a, b| a.0.cmp(&b.0));
-    let kind = R::kind_name();
     for (age, route) in ordered {
-        let key = age.1.clone();
         let parents = route.parent_refs();
-        if !names_our_gateway(&parents, &key.namespace, ctx.gateways) {
+        if !names_our_gateway(&parents, &age.key.key.namespace, ctx.gateways) {
             continue;
         }
-        let status = attach_route(route, &kind, &age, &parents, ctx, &mut out.attachments);
-        out.status.insert(
-            RouteKey {
-                kind: kind.clone(),
-                key,
-            },
-            status,
-        );
+        let status = attach_route(route, &kind_ref, &age, &parents, ctx, &mut out.attachments);
+        out.status.insert(age.key.clone(), status);
     }
 }
 
@@ -343,14 +394,15 @@ fn resolve_parent(
 
 fn attach_route<R: RouteKind>(
     route: &R,
-    kind: &str,
-    age: &crate::objects::Age,
+    kind_ref: &Arc<str>,
+    age: &Age,
     parents: &[ParentRef],
     ctx: &mut AttachCtx<'_, '_>,
     attachments: &mut Vec<Attachment>,
 ) -> RouteStatus {
     let meta = route.meta();
-    let key = &age.1;
+    let key = &age.key.key;
+    let kind: &str = kind_ref;
     let generation = meta.generation;
     let mut rule_ctx = RuleCtx {
         backends: ctx.backends,
@@ -361,9 +413,9 @@ fn attach_route<R: RouteKind>(
         },
         problems: Vec::new(),
         route: ir::RouteRef {
-            kind: kind.to_string(),
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            kind: Arc::clone(kind_ref),
+            namespace: Arc::from(key.namespace.as_str()),
+            name: Arc::from(key.name.as_str()),
             rule: 0,
         },
         http2_backends: R::HTTP2_BACKENDS,
@@ -417,7 +469,9 @@ fn attach_route<R: RouteKind>(
     let mut parent_statuses = Vec::with_capacity(outcomes.len());
     // This route's attachments are the ones pushed from here on: only they can hold its rules.
     let own_from = attachments.len();
-    for o in outcomes {
+    let parents_chosen = outcomes.len();
+    let mut resolved = Some(resolved);
+    for (i, o) in outcomes.into_iter().enumerate() {
         for (li, hosts) in o.listeners {
             // Two parentRefs may select the same listener: serve the rules once, for the union
             // of the hostnames.
@@ -437,17 +491,21 @@ fn attach_route<R: RouteKind>(
                     listener: li,
                     hostnames: hosts,
                     route_hostnames: Rc::clone(&route_hostnames),
-                    route: RouteKey {
-                        kind: kind.to_string(),
-                        key: key.clone(),
-                    },
                     parents: vec![parent],
                     route_age: Rc::clone(age),
                     rules: Rc::clone(&rules),
                 }),
             }
         }
-        let mut conditions = vec![o.accepted, resolved.clone()];
+        // The last parent takes the condition itself, earlier ones (a route with one parent
+        // has none) a copy: each copy is four strings.
+        let resolved = if i + 1 == parents_chosen {
+            resolved.take()
+        } else {
+            resolved.clone()
+        };
+        let mut conditions = vec![o.accepted];
+        conditions.extend(resolved);
         if !rule_problems.is_empty() && all_invalid.is_none() {
             conditions.push(condition(
                 PARTIALLY_INVALID,
@@ -651,4 +709,35 @@ pub fn kinds_for_protocol(protocol: &str) -> Vec<String> {
     };
     crate::kinds::for_each_route_kind(&mut visit);
     visit.kinds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn age(kind: &str, seconds: i64, namespace: &str, name: &str) -> RouteAge {
+        RouteAge {
+            created: Timestamp::from_second(seconds).unwrap(),
+            key: RouteKey {
+                kind: kind.to_string(),
+                key: ObjectKey::new(namespace, name),
+            },
+        }
+    }
+
+    #[test]
+    fn route_age_orders_by_creation_then_namespace_and_name_never_by_kind() {
+        // Older first, whatever the names.
+        assert!(age("HTTPRoute", 1, "z", "z") < age("GRPCRoute", 2, "a", "a"));
+        // One creation time: namespace, then name.
+        assert!(age("HTTPRoute", 1, "a", "z") < age("HTTPRoute", 1, "b", "a"));
+        assert!(age("HTTPRoute", 1, "a", "a") < age("GRPCRoute", 1, "a", "b"));
+        // The kind is carried, not compared: the visiting order decides between these.
+        assert_eq!(
+            age("HTTPRoute", 1, "a", "a").cmp(&age("GRPCRoute", 1, "a", "a")),
+            std::cmp::Ordering::Equal
+        );
+        assert_eq!(age("GRPCRoute", 1, "a", "a").key.kind, "GRPCRoute");
+    }
 }
