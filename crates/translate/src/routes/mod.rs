@@ -171,14 +171,11 @@ pub struct RouteAge {
 }
 
 impl RouteAge {
-    fn of<R: Kind>(route: &R, kind: &str) -> Self {
+    fn of<R: Kind>(route: &R) -> Self {
         let (created, key) = age_key(route.meta());
         RouteAge {
             created,
-            key: RouteKey {
-                kind: kind.to_string(),
-                key,
-            },
+            key: RouteKey::of::<R>(key),
         }
     }
 }
@@ -344,7 +341,7 @@ pub fn attach_kind<R: RouteKind>(
     // Each route's age once (not once per comparison): it also orders its attachments.
     let mut ordered: Vec<(Age, &R)> = routes
         .iter()
-        .map(|r| (Rc::new(RouteAge::of(&**r, &kind)), &**r))
+        .map(|r| (Rc::new(RouteAge::of(&**r)), &**r))
         .collect();
     ordered.sort_by(|a, b| a.0.cmp(&b.0));
     for (age, route) in ordered {
