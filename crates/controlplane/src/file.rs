@@ -140,6 +140,9 @@ trait Object: std::fmt::Debug + Send + Sync {
     fn meta(&self) -> &ObjectMeta;
     /// Adds the object to a snapshot, shared with the cache (no copy of it).
     fn push_into(self: Arc<Self>, input: &mut Input);
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// The same kind with the same content.
+    fn equals(&self, other: &dyn Object) -> bool;
 
     fn key(&self) -> Key {
         let meta = self.meta();
@@ -162,6 +165,14 @@ impl<K: Kind> Object for K {
 
     fn push_into(self: Arc<Self>, input: &mut Input) {
         input.push_shared(self);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn equals(&self, other: &dyn Object) -> bool {
+        other.as_any().downcast_ref::<K>() == Some(self)
     }
 }
 
@@ -316,7 +327,8 @@ impl FileSource {
                 state.read_error = None;
                 let digest = TextDigest::of(&content);
                 if state.digest.as_ref() != Some(&digest) {
-                    state.parsed = parse_file(path, &content);
+                    let before = std::mem::replace(&mut state.parsed, parse_file(path, &content));
+                    keep_unchanged(&before.objects, &mut state.parsed.objects);
                     for w in &state.parsed.warnings {
                         tracing::warn!("{w}");
                     }
@@ -447,6 +459,39 @@ fn contribute<'p>(
             );
         }
         Arc::clone(&o.object).push_into(&mut out.input);
+    }
+}
+
+/// Gives every object of a file's new parse that equals one of its last parse the `Arc` of
+/// before. Translation takes a route's work from the last pass only for the same object
+/// (`gatehouse_translate::Reuse`), and one route edited in a file of many must not make every
+/// route of the file new. Objects are matched by position first (an edit rarely moves the
+/// others), by kind, namespace and name otherwise.
+fn keep_unchanged(before: &[Located], now: &mut Arc<Vec<Located>>) {
+    let Some(now) = Arc::get_mut(now) else {
+        return;
+    };
+    let mut by_key: Option<HashMap<Key, usize>> = None;
+    for (i, n) in now.iter_mut().enumerate() {
+        let same = match before.get(i) {
+            Some(b) if b.object.equals(&*n.object) => Some(b),
+            _ => {
+                let by_key = by_key.get_or_insert_with(|| {
+                    before
+                        .iter()
+                        .enumerate()
+                        .map(|(j, b)| (b.object.key(), j))
+                        .collect()
+                });
+                by_key
+                    .get(&n.object.key())
+                    .map(|&j| &before[j])
+                    .filter(|b| b.object.equals(&*n.object))
+            }
+        };
+        if let Some(b) = same {
+            n.object = Arc::clone(&b.object);
+        }
     }
 }
 

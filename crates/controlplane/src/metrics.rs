@@ -72,6 +72,8 @@ pub struct ControlMetrics {
     pub api_connected: Gauge,
     /// Per listener: 1 while Programmed (bound and serving), 0 otherwise.
     pub listener_programmed: Family<ListenerLabels, Gauge>,
+    /// Routes a translation took from the last pass (`reused`) or worked out (`translated`).
+    pub translate_routes: Family<ResultLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,6 +96,7 @@ impl ControlMetrics {
             pacing_pauses: Histogram::new(exponential_buckets(0.001, 2.0, 11)),
             api_connected: Gauge::default(),
             listener_programmed: Family::default(),
+            translate_routes: Family::default(),
         };
         registry.register(
             "gatehouse_config_generation",
@@ -139,6 +142,11 @@ impl ControlMetrics {
             "gatehouse_listener_programmed",
             "1 while a listener is Programmed (its socket bound and its configuration serving), 0 while it is not; one series per listener of Gatehouse's Gateways",
             m.listener_programmed.clone(),
+        );
+        registry.register(
+            "gatehouse_translate_routes",
+            "Routes each translation took unchanged from the last one (reused: neither the route nor anything around it changed) or worked out (translated)",
+            m.translate_routes.clone(),
         );
         m
     }

@@ -16,7 +16,8 @@ use futures_util::future::BoxFuture;
 use gatehouse_ir as ir;
 use gatehouse_translate::serving::Serving;
 use gatehouse_translate::{
-    Infrastructure, Input, ObjectKey, Options as TranslateOptions, Output, Status, translate,
+    Infrastructure, Input, ObjectKey, Options as TranslateOptions, Output, Reuse, Status,
+    translate_reusing,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub struct Reconciler<S: Source> {
     /// The last pass's translation inputs (`None` while a pass holds them, and until the
     /// first pass).
     last: Option<LastTranslation>,
+    /// Each route's translation work, for the next pass to take where it still holds.
+    reuse: Reuse,
 }
 
 impl<S: Source> Reconciler<S> {
@@ -96,6 +99,7 @@ impl<S: Source> Reconciler<S> {
             status: None,
             state,
             last: None,
+            reuse: Reuse::default(),
         }
     }
 
@@ -222,7 +226,8 @@ impl<S: Source> Reconciler<S> {
         // so nothing can bind in between.
         let serving = self.publisher.serving();
         let last = self.last.take();
-        let (source, adjust, snapshot, options, translated, times) =
+        let mut reuse = std::mem::take(&mut self.reuse);
+        let (source, adjust, snapshot, options, translated, times, reuse) =
             tokio::task::spawn_blocking(move || {
                 let ((snapshot, reused), snapshot_took) = timed(|| {
                     let snapshot = read(&mut source, &mut adjust, &mut options);
@@ -236,15 +241,26 @@ impl<S: Source> Reconciler<S> {
                 let translated = match reused {
                     Some(last) => Translated::Reused(last),
                     None => {
-                        let (output, took) = timed(|| translate(&snapshot.input, &options));
+                        let (output, took) =
+                            timed(|| translate_reusing(&snapshot.input, &options, &mut reuse));
                         times.translate = took;
                         Translated::New(output)
                     }
                 };
-                (source, adjust, snapshot, options, translated, times)
+                (source, adjust, snapshot, options, translated, times, reuse)
             })
             .await
             .expect("reading and translating never panic");
+        if matches!(translated, Translated::New(_)) {
+            let reused = reuse.reused();
+            let routes = &self.state.metrics.translate_routes;
+            for (result, n) in [("reused", reused.routes), ("translated", reused.worked)] {
+                routes
+                    .get_or_create(&ResultLabel { result })
+                    .inc_by(n as u64);
+            }
+        }
+        self.reuse = reuse;
         self.source = Some(source);
         self.adjust = adjust;
         let translating = matches!(translated, Translated::New(_));

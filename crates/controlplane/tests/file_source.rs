@@ -1,6 +1,7 @@
 //! FileSource: loading, errors with file and line, last-good, deletion, watching.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -1023,4 +1024,52 @@ fn without_locations_the_objects_and_errors_are_the_same() {
     );
     assert_eq!(with.locations.len(), 1);
     assert!(without.locations.is_empty());
+}
+
+/// An object that reads as before keeps its `Arc` when its file is parsed again: translation
+/// reuses a route's work only for the same object, so one route edited in a file of many must
+/// leave the others as they were.
+#[test]
+fn an_edit_keeps_the_objects_it_did_not_change() {
+    let dir = TempDir::new();
+    let text = |b_path: &str| {
+        format!(
+            "{GATEWAY}---\n{}---\n{}",
+            route("a", "/a"),
+            route("b", b_path)
+        )
+    };
+    let find = |loaded: &Loaded, name: &str| {
+        Arc::clone(
+            loaded
+                .input
+                .http_routes
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(name))
+                .unwrap(),
+        )
+    };
+    dir.write("m.yaml", &text("/b"));
+    let mut source = FileSource::new(dir.path());
+    let before = source.load();
+    dir.write("m.yaml", &text("/changed"));
+    let after = source.load();
+    assert!(Arc::ptr_eq(&find(&before, "a"), &find(&after, "a")));
+    assert!(Arc::ptr_eq(
+        &before.input.gateways[0],
+        &after.input.gateways[0]
+    ));
+    assert!(!Arc::ptr_eq(&find(&before, "b"), &find(&after, "b")));
+    let b = find(&after, "b");
+    let path = &b.spec.rules.as_ref().unwrap()[0].matches.as_ref().unwrap()[0].path;
+    assert_eq!(path.as_ref().unwrap().value.as_deref(), Some("/changed"));
+    // A document inserted first moves every other one: they are found by name.
+    dir.write(
+        "m.yaml",
+        &format!("{}---\n{}", route("new", "/new"), text("/changed")),
+    );
+    let moved = source.load();
+    assert!(Arc::ptr_eq(&find(&after, "a"), &find(&moved, "a")));
+    assert!(Arc::ptr_eq(&find(&after, "b"), &find(&moved, "b")));
+    assert_eq!(route_names(&moved), ["a", "b", "new"]);
 }

@@ -5,9 +5,15 @@
 //!   cargo run --release -p gatehouse-translate --example translate_scale -- [ROUTES] [PASSES]
 //!
 //! Prints the mean and minimum time of one translation. Measures; asserts nothing.
+//!
+//! With a third argument `reuse`, each pass first replaces one route with a fresh copy (a
+//! changed object, as a store gives it) and translates with [`translate_reusing`], as the
+//! reconcile loop does; it also prints the memory the kept work holds between passes (run it
+//! with `_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0` for that figure to be the heap's).
 
 use gatehouse_testkit::manifests::{self, Listener};
-use gatehouse_translate::{Options, translate};
+use gatehouse_translate::{Options, Reuse, translate, translate_reusing};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The allocator the gatehouse binary runs translate with.
@@ -18,6 +24,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let routes: usize = args.next().map_or(5000, |a| a.parse().expect("ROUTES"));
     let passes: usize = args.next().map_or(50, |a| a.parse().expect("PASSES"));
+    let reuse = match args.next().as_deref() {
+        None => None,
+        Some("reuse") => Some(Reuse::default()),
+        Some(other) => panic!("unknown mode {other}: only `reuse`"),
+    };
     let mut docs = vec![
         manifests::gateway_class(),
         manifests::gateway("gw", &[Listener::http("web", 8080).from_all()]),
@@ -32,21 +43,59 @@ fn main() {
             ),
         ));
     }
-    let input = manifests::input(&docs.join("---\n"));
+    let mut input = manifests::input(&docs.join("---\n"));
     let options = Options::default();
     let mut total = Duration::ZERO;
     let mut min = Duration::MAX;
-    for _ in 0..passes {
+    let mut held = None;
+    let mut reuse = reuse;
+    for pass in 0..passes {
+        if reuse.is_some() && routes > 0 {
+            let i = pass % routes;
+            input.http_routes[i] = Arc::new((*input.http_routes[i]).clone());
+        }
         let t = Instant::now();
-        let out = translate(&input, &options);
+        let out = match &mut reuse {
+            Some(reuse) => translate_reusing(&input, &options, reuse),
+            None => translate(&input, &options),
+        };
         let took = t.elapsed();
         std::hint::black_box(out);
         total += took;
         min = min.min(took);
+        if pass + 1 == passes {
+            held = reuse.as_ref().map(|_| allocated());
+        }
     }
+    let mode = if reuse.is_some() {
+        ", one route changed per pass, reusing"
+    } else {
+        ""
+    };
     println!(
-        "{routes} routes: translate mean {:.2} ms, min {:.2} ms over {passes} passes",
+        "{routes} routes{mode}: translate mean {:.2} ms, min {:.2} ms over {passes} passes",
         total.as_secs_f64() * 1000.0 / passes as f64,
         min.as_secs_f64() * 1000.0
     );
+    if let Some(held) = held {
+        drop(reuse);
+        let without = allocated();
+        println!(
+            "kept between passes: {:.1} MB ({:.0} bytes per route)",
+            held.saturating_sub(without) as f64 / 1e6,
+            held.saturating_sub(without) as f64 / routes.max(1) as f64
+        );
+    }
+}
+
+/// The process's anonymous resident memory: its heap, as close as jemalloc lets it be when
+/// it returns freed pages at once (`_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0`).
+fn allocated() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon");
+    kib * 1024
 }

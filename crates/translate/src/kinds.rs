@@ -124,6 +124,7 @@ pub trait Kind:
     kube::Resource<DynamicType = (), Scope: KindScope>
     + Clone
     + Debug
+    + PartialEq
     + Serialize
     + DeserializeOwned
     + Send
@@ -496,7 +497,7 @@ impl Input {
 }
 
 /// Two lists of one kind hold the same objects as translate reads them, in any order.
-fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
+pub(crate) fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
     if a.len() != b.len() {
         return false;
     }

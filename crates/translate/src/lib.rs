@@ -23,6 +23,7 @@ pub mod parameters;
 mod policies;
 mod precedence;
 mod refs;
+mod reuse;
 pub mod routes;
 pub mod serving;
 
@@ -32,6 +33,7 @@ pub use kinds::{Input, Kind};
 pub use listener_tls::{FrontendValidation, frontend_validations};
 pub use objects::{GATEWAY_GROUP, ObjectKey, key_of};
 pub use parameters::{GatehouseParameters, ResolvedParameters};
+pub use reuse::{Reuse, Reused};
 pub use routes::{ParentRef, RouteKey, RouteKind, RouteParentStatus, RouteStatus};
 
 use crate::generated::{gateways::GatewayStatus, listenersets::ListenerSetStatus};
@@ -336,6 +338,19 @@ pub struct Output {
 /// addresses, TLS), which routes attach where (every kind through one path), the IR assembled
 /// per listener, then the status of everything.
 pub fn translate(input: &Input, options: &Options) -> Output {
+    translate_reusing(input, options, &mut Reuse::default())
+}
+
+/// [`translate`], taking each route's work from `reuse` where the last pass's still holds
+/// (see [`Reuse`]), and leaving this pass's there for the next. The output is the same as
+/// [`translate`]'s: only the time differs.
+pub fn translate_reusing(input: &Input, options: &Options, reuse: &mut Reuse) -> Output {
+    let output = translate_with(input, options, reuse.begin(input, options));
+    reuse.end(input, options);
+    output
+}
+
+fn translate_with(input: &Input, options: &Options, memo: &mut reuse::RouteMemo) -> Output {
     let parameters = parameters::index(&input.gatehouse_parameters);
     let (class_status, our_classes) = gateways::classes(
         &input.gateway_classes,
@@ -372,6 +387,7 @@ pub fn translate(input: &Input, options: &Options) -> Output {
             backends: &mut backends,
             namespace_labels: &namespace_labels,
             controller: &options.controller_name,
+            reuse: memo,
         },
     );
     let assembled = assemble::gateways(

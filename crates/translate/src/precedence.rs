@@ -10,7 +10,8 @@
 use crate::hostname;
 use gatehouse_ir as ir;
 use std::cmp::{Ordering, Reverse};
-use std::collections::HashMap;
+// foldhash: a fraction of SipHash's cost per hostname, still seeded per process (hashbrown's default).
+use foldhash::{HashMap, HashMapExt};
 
 /// One (hostname, match) pair of an attached rule.
 pub struct Candidate {

@@ -11,16 +11,19 @@
 //! The other tests here check what one snapshot cannot show: properties over every fixture
 //! (independence of input order) and the list behind a snapshot marker.
 
-use gatehouse_translate::kinds::{Kind, KindVisitor, for_each_kind};
+use gatehouse_translate::kinds::{
+    Kind, KindVisitor, RouteKindVisitor, for_each_kind, for_each_route_kind,
+};
 use gatehouse_translate::{
-    Input, ObjectKey, Options, Output, ResolvedParameters, SUPPORTED_FEATURES, ServiceAddresses,
-    translate,
+    Input, ObjectKey, Options, Output, ResolvedParameters, Reuse, RouteKind, SUPPORTED_FEATURES,
+    ServiceAddresses, translate, translate_reusing,
 };
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 const UPDATE_VAR: &str = "UPDATE_FIXTURES";
@@ -61,12 +64,6 @@ fn fixtures() {
 /// the same output twice (translate sorts what it reads and keeps no state).
 #[test]
 fn every_fixture_is_independent_of_input_order() {
-    struct Reverse<'i>(&'i mut Input);
-    impl KindVisitor for Reverse<'_> {
-        fn visit<K: Kind>(&mut self) {
-            K::of_mut(self.0).reverse();
-        }
-    }
     for dir in case_dirs() {
         let case = Case::load(&dir);
         let forward = translate(&case.input, &case.options);
@@ -87,6 +84,106 @@ fn every_fixture_is_independent_of_input_order() {
             case.name
         );
     }
+}
+
+/// Translating with work kept from the last pass ([`translate_reusing`]) gives what
+/// translating from nothing gives, for every fixture: on the first pass (nothing kept), when
+/// nothing changed (every route reused), when one route of any kind changed or went away
+/// (every other route reused), in another order, and with the fixtures one after another
+/// through one [`Reuse`] (everything around the routes changes).
+#[test]
+fn every_fixture_translates_the_same_reusing_work() {
+    let mut across = Reuse::default();
+    for dir in case_dirs() {
+        let case = Case::load(&dir);
+        let same = |reuse: &mut Reuse, input: &Input, what: &str| {
+            let fresh = translate(input, &case.options);
+            let reused = translate_reusing(input, &case.options, reuse);
+            if fresh != reused {
+                panic!(
+                    "{} ({what}): reusing work changes the output:\n{}",
+                    case.name,
+                    diff(&case.render(&fresh), &case.render(&reused))
+                );
+            }
+        };
+        same(&mut across, &case.input, "after the fixture before it");
+        let mut reuse = Reuse::default();
+        same(&mut reuse, &case.input, "first pass");
+        let routes = route_count(&case.input);
+        same(&mut reuse, &case.input, "unchanged");
+        assert_eq!(
+            (reuse.reused().routes, reuse.reused().worked),
+            (routes, 0),
+            "{}: an unchanged input reuses every route",
+            case.name
+        );
+        for (what, input) in one_route_away(&case.input) {
+            same(&mut reuse, &input, &what);
+            if what.ends_with("copied") {
+                assert_eq!(
+                    (reuse.reused().routes, reuse.reused().worked),
+                    (routes - 1, 1),
+                    "{} ({what}): only the changed route is worked out again",
+                    case.name
+                );
+            }
+            same(&mut reuse, &case.input, &format!("back from {what}"));
+        }
+        let mut reversed = case.input.clone();
+        for_each_kind(&mut Reverse(&mut reversed));
+        same(&mut reuse, &reversed, "reversed");
+    }
+}
+
+/// Each kind's objects in reverse order.
+struct Reverse<'i>(&'i mut Input);
+impl KindVisitor for Reverse<'_> {
+    fn visit<K: Kind>(&mut self) {
+        K::of_mut(self.0).reverse();
+    }
+}
+
+fn route_count(input: &Input) -> usize {
+    struct Count<'i>(&'i Input, usize);
+    impl RouteKindVisitor for Count<'_> {
+        fn visit<R: RouteKind>(&mut self) {
+            self.1 += R::of(self.0).len();
+        }
+    }
+    let mut count = Count(input, 0);
+    for_each_route_kind(&mut count);
+    count.1
+}
+
+/// Inputs one route away from `input`: each route of every kind replaced by a copy (a new
+/// object with the same content, as a store gives a changed one), and each removed.
+fn one_route_away(input: &Input) -> Vec<(String, Input)> {
+    struct Visit<'i> {
+        input: &'i Input,
+        out: Vec<(String, Input)>,
+    }
+    impl RouteKindVisitor for Visit<'_> {
+        fn visit<R: RouteKind>(&mut self) {
+            for i in 0..R::of(self.input).len() {
+                let mut copied = self.input.clone();
+                let list = R::of_mut(&mut copied);
+                list[i] = Arc::new((*list[i]).clone());
+                self.out
+                    .push((format!("{} {i} copied", R::kind_name()), copied));
+                let mut removed = self.input.clone();
+                R::of_mut(&mut removed).remove(i);
+                self.out
+                    .push((format!("{} {i} removed", R::kind_name()), removed));
+            }
+        }
+    }
+    let mut visit = Visit {
+        input,
+        out: Vec::new(),
+    };
+    for_each_route_kind(&mut visit);
+    visit.out
 }
 
 /// Snapshots write the class's supportedFeatures as `<SUPPORTED_FEATURES>` (see the README);

@@ -24,8 +24,8 @@ use crate::refs::Referrer;
 use gatehouse_ir as ir;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A route kind: HTTPRoute, TLSRoute, and whatever comes next. Implement it in one file and add
@@ -203,7 +203,7 @@ impl PartialEq for RouteAge {
 impl Eq for RouteAge {}
 
 /// A route's [`RouteAge`], shared.
-pub type Age = Rc<RouteAge>;
+pub type Age = Arc<RouteAge>;
 
 /// What a rule's translation may ask of the shared machinery.
 pub struct RuleCtx<'b, 'a> {
@@ -211,9 +211,82 @@ pub struct RuleCtx<'b, 'a> {
     referrer: Referrer<'b>,
     /// backendRef problems, for ResolvedRefs (the first one is reported).
     problems: Vec<RefProblem>,
+    /// Every resolution asked for, in order ([`BackendCall`]).
+    calls: Vec<BackendCall>,
     route: ir::RouteRef,
     /// [`RouteKind::HTTP2_BACKENDS`] of the route's kind.
     http2_backends: bool,
+}
+
+/// How a backendRef is resolved ([`Backends`]'s three entry points).
+#[derive(Clone, Copy, Debug)]
+enum Resolution {
+    Http,
+    /// Always over HTTP/2 ([`Backends::resolve_grpc`]).
+    Http2,
+    L4(ir::Transport),
+}
+
+/// One backendRef resolution a route's rules asked for. Resolving registers the cluster and
+/// the BackendTLSPolicy's outcome in [`Backends`], so a route whose rules are reused from an
+/// earlier pass ([`crate::reuse`]) makes its calls again, in the same order: the pass then
+/// registers exactly what translating every route afresh would have.
+#[derive(Clone, Debug)]
+pub(crate) struct BackendCall {
+    how: Resolution,
+    /// The cluster it resolved to, if it did.
+    cluster: Option<String>,
+    group: Option<String>,
+    kind: Option<String>,
+    name: String,
+    namespace: Option<String>,
+    port: Option<i32>,
+}
+
+impl BackendCall {
+    fn of(r: &BackendRef<'_>, how: Resolution) -> Self {
+        BackendCall {
+            how,
+            cluster: None,
+            group: r.group.map(str::to_string),
+            kind: r.kind.map(str::to_string),
+            name: r.name.to_string(),
+            namespace: r.namespace.map(str::to_string),
+            port: r.port,
+        }
+    }
+
+    /// Makes the call again for a reused route. A call that resolved to a cluster that is
+    /// registered already would find it and change nothing (its Service and policies are as
+    /// they were), so only the others are made.
+    fn replay(&self, backends: &mut Backends<'_>, from: Referrer<'_>) {
+        if let Some(cluster) = &self.cluster
+            && backends.clusters.contains_key(cluster)
+        {
+            return;
+        }
+        let _ = self.resolve(backends, from);
+    }
+
+    /// The one place a rule's backendRef is resolved, whether first or again.
+    fn resolve(
+        &self,
+        backends: &mut Backends<'_>,
+        from: Referrer<'_>,
+    ) -> Result<String, RefProblem> {
+        let r = BackendRef {
+            group: self.group.as_deref(),
+            kind: self.kind.as_deref(),
+            name: &self.name,
+            namespace: self.namespace.as_deref(),
+            port: self.port,
+        };
+        match self.how {
+            Resolution::Http => backends.resolve(from, &r),
+            Resolution::Http2 => backends.resolve_grpc(from, &r),
+            Resolution::L4(transport) => backends.resolve_l4(from, &r, transport),
+        }
+    }
 }
 
 /// A resolved backendRef: where its traffic goes.
@@ -238,22 +311,26 @@ impl RuleCtx<'_, '_> {
     /// used becomes an invalid target (its share of the traffic is answered 500) and its
     /// problem is recorded for ResolvedRefs.
     pub fn backend(&mut self, r: &BackendRef<'_>) -> ResolvedBackend {
-        let resolved = if self.http2_backends {
-            self.backends.resolve_grpc(self.referrer, r)
+        let how = if self.http2_backends {
+            Resolution::Http2
         } else {
-            self.backends.resolve(self.referrer, r)
+            Resolution::Http
         };
+        let resolved = self.call(r, how);
         self.resolved(resolved)
     }
 
     /// Resolves the backendRef of an `ExternalAuth` filter: over HTTP/2 for the gRPC protocol
     /// (`h2`), as the Service port says otherwise; problems are recorded as for a backend.
     pub fn auth_backend(&mut self, r: &BackendRef<'_>, h2: bool) -> ResolvedBackend {
-        let resolved = if h2 {
-            self.backends.resolve_grpc(self.referrer, r)
-        } else {
-            self.backends.resolve(self.referrer, r)
-        };
+        let resolved = self.call(
+            r,
+            if h2 {
+                Resolution::Http2
+            } else {
+                Resolution::Http
+            },
+        );
         self.resolved(resolved)
     }
 
@@ -264,8 +341,16 @@ impl RuleCtx<'_, '_> {
         r: &BackendRef<'_>,
         transport: ir::Transport,
     ) -> ir::BackendTarget {
-        let resolved = self.backends.resolve_l4(self.referrer, r, transport);
+        let resolved = self.call(r, Resolution::L4(transport));
         self.resolved(resolved).target
+    }
+
+    fn call(&mut self, r: &BackendRef<'_>, how: Resolution) -> Result<String, RefProblem> {
+        let mut call = BackendCall::of(r, how);
+        let resolved = call.resolve(self.backends, self.referrer);
+        call.cluster = resolved.as_ref().ok().cloned();
+        self.calls.push(call);
+        resolved
     }
 
     fn resolved(&mut self, resolved: Result<String, RefProblem>) -> ResolvedBackend {
@@ -295,14 +380,14 @@ pub struct Attachment {
     pub hostnames: Vec<String>,
     /// The route's own hostnames, lower case (empty: any), for precedence between routes that
     /// serve the same name ([`crate::hostname::origin_specificity`]).
-    pub route_hostnames: Rc<[String]>,
+    pub route_hostnames: Arc<[String]>,
     /// The entries of the route's status (`parents`) whose parentRefs chose this listener
     /// (for [`kind_conflicts`], which may take the listener away again).
     pub parents: Vec<usize>,
     /// The route's age and key ([`Attachment::route`]).
     pub route_age: Age,
     /// (index in the route's spec, rule)
-    pub rules: Rc<Vec<(usize, RouteRule)>>,
+    pub rules: Arc<[(usize, RouteRule)]>,
 }
 
 impl Attachment {
@@ -325,11 +410,43 @@ pub struct AttachCtx<'g, 'a> {
     pub backends: &'g mut Backends<'a>,
     pub namespace_labels: &'g BTreeMap<String, BTreeMap<String, String>>,
     pub controller: &'g str,
+    /// Each route's [`RouteWork`] from earlier passes, where it still holds.
+    pub reuse: &'g mut crate::reuse::RouteMemo,
+}
+
+/// What attaching a route works out from the route and the objects around it (Gateways and
+/// their listeners, Services, ReferenceGrants, policies, Namespaces), before any of it is
+/// added to the pass. It is the expensive part of a route, and it is the same in the next
+/// pass when neither the route nor anything around it changed: [`crate::reuse`] keeps it.
+pub(crate) struct RouteWork {
+    /// (index in the route's spec, rule)
+    rules: Arc<[(usize, RouteRule)]>,
+    route_hostnames: Arc<[String]>,
+    /// ResolvedRefs: every parent's status carries it after its Accepted.
+    resolved: Verdict,
+    /// PartiallyInvalid (after ResolvedRefs): why some rules, not all, were dropped.
+    dropped: Option<String>,
+    outcomes: Box<[ParentOutcome]>,
+    /// The backend resolutions the rules made, to be made again when reused.
+    calls: Box<[BackendCall]>,
+}
+
+/// A route's entry in [`crate::reuse::RouteMemo`]: its precedence key and, when some
+/// parentRef names one of our Gateways, its work.
+pub(crate) struct Memo {
+    pub age: Age,
+    /// Boxed: the memo's maps hold one entry per route, and most of a pass's lookups miss
+    /// nothing but move entries between them.
+    pub work: Option<Box<RouteWork>>,
 }
 
 /// Attaches every route of kind `R`, oldest first. Only routes with at least one parentRef
 /// naming one of our Gateways get a status: the others are none of our business, and their
 /// backends must not show up in our configuration.
+///
+/// A route reused from the last pass skips its work but not its effects: its backend
+/// resolutions are made again and its attachments, attachedRoutes counts and status are added
+/// as a new route's are, in the same order.
 pub fn attach_kind<R: RouteKind>(
     routes: &[Arc<R>],
     ctx: &mut AttachCtx<'_, '_>,
@@ -339,18 +456,38 @@ pub fn attach_kind<R: RouteKind>(
     // One per kind, shared by the RouteRef of every rule of every route of the kind.
     let kind_ref: Arc<str> = Arc::from(kind.as_str());
     // Each route's age once (not once per comparison): it also orders its attachments.
-    let mut ordered: Vec<(Age, &R)> = routes
+    // (route, its memo, whether the memo's work is the last pass's)
+    let mut ordered: Vec<(&Arc<R>, Memo, bool)> = routes
         .iter()
-        .map(|r| (Rc::new(RouteAge::of(&**r)), &**r))
+        .map(|r| match ctx.reuse.take(r) {
+            Some(memo) => (r, memo, true),
+            None => {
+                let age = Arc::new(RouteAge::of(&**r));
+                (r, Memo { age, work: None }, false)
+            }
+        })
         .collect();
-    ordered.sort_by(|a, b| a.0.cmp(&b.0));
-    for (age, route) in ordered {
-        let parents = route.parent_refs();
-        if !names_our_gateway(&parents, &age.key.key.namespace, ctx.gateways) {
-            continue;
+    ordered.sort_by(|a, b| a.1.age.cmp(&b.1.age));
+    for (route, mut memo, reused) in ordered {
+        let age = &memo.age;
+        let referrer = Referrer {
+            group: GATEWAY_GROUP,
+            kind: &kind,
+            namespace: &age.key.key.namespace,
+        };
+        if reused {
+            for call in memo.work.iter().flat_map(|w| &w.calls) {
+                call.replay(ctx.backends, referrer);
+            }
+        } else {
+            memo.work = work(&**route, &kind_ref, age, referrer, ctx).map(Box::new);
         }
-        let status = attach_route(route, &kind_ref, &age, &parents, ctx, &mut out.attachments);
-        out.status.insert(age.key.clone(), status);
+        if let Some(work) = &memo.work {
+            let meta = route.meta();
+            let status = attach_route(route.parent_refs(), meta.generation, work, age, ctx, out);
+            out.status.insert(age.key.clone(), status);
+        }
+        ctx.reuse.keep(route, memo);
     }
 }
 
@@ -389,26 +526,27 @@ fn resolve_parent(
     }
 }
 
-fn attach_route<R: RouteKind>(
+/// A route's [`RouteWork`], or `None` when no parentRef names one of our Gateways. Reads the
+/// Gateways and resolves backends (registering clusters), changes nothing else.
+fn work<R: RouteKind>(
     route: &R,
     kind_ref: &Arc<str>,
     age: &Age,
-    parents: &[ParentRef],
+    referrer: Referrer<'_>,
     ctx: &mut AttachCtx<'_, '_>,
-    attachments: &mut Vec<Attachment>,
-) -> RouteStatus {
-    let meta = route.meta();
+) -> Option<RouteWork> {
+    let parents = route.parent_refs();
     let key = &age.key.key;
+    if !names_our_gateway(&parents, &key.namespace, ctx.gateways) {
+        return None;
+    }
+    let meta = route.meta();
     let kind: &str = kind_ref;
-    let generation = meta.generation;
     let mut rule_ctx = RuleCtx {
         backends: ctx.backends,
-        referrer: Referrer {
-            group: GATEWAY_GROUP,
-            kind,
-            namespace: &key.namespace,
-        },
+        referrer,
         problems: Vec::new(),
+        calls: Vec::new(),
         route: ir::RouteRef {
             kind: Arc::clone(kind_ref),
             namespace: Arc::from(key.namespace.as_str()),
@@ -418,7 +556,11 @@ fn attach_route<R: RouteKind>(
         http2_backends: R::HTTP2_BACKENDS,
     };
     let translated = route.rules(&mut rule_ctx);
-    let ref_problems = rule_ctx.problems;
+    let RuleCtx {
+        problems: ref_problems,
+        calls,
+        ..
+    } = rule_ctx;
     let spec_rules = translated.len();
     let mut rules = Vec::new();
     let mut rule_problems = Vec::new();
@@ -429,8 +571,7 @@ fn attach_route<R: RouteKind>(
         }
     }
     let all_invalid = (spec_rules > 0 && rules.is_empty()).then(|| rule_problems.join("; "));
-    let rules = Rc::new(rules);
-    let route_hostnames: Rc<[String]> = route
+    let route_hostnames: Arc<[String]> = route
         .hostnames()
         .iter()
         .map(|h| h.to_ascii_lowercase())
@@ -438,82 +579,109 @@ fn attach_route<R: RouteKind>(
     let outcomes = select_listeners(
         kind,
         meta,
-        parents,
+        &parents,
         route.hostnames(),
         all_invalid.as_deref(),
         ctx.gateways,
         ctx.namespace_labels,
     );
-
-    let resolved = match ref_problems.first() {
-        Some(p) => condition(
-            RESOLVED_REFS,
-            false,
-            p.reason,
-            p.message.clone(),
-            generation,
-        ),
-        None => condition(
-            RESOLVED_REFS,
-            true,
-            RESOLVED_REFS,
-            "Resolved all references",
-            generation,
-        ),
+    let resolved = match ref_problems.into_iter().next() {
+        Some(p) => Verdict {
+            ok: false,
+            reason: p.reason,
+            message: p.message.into(),
+        },
+        None => Verdict {
+            ok: true,
+            reason: RESOLVED_REFS,
+            message: "Resolved all references".into(),
+        },
     };
+    let dropped = (!rule_problems.is_empty() && all_invalid.is_none())
+        .then(|| format!("dropped {}", rule_problems.join("; ")));
+    let outcomes = outcomes.into_boxed_slice();
+    Some(RouteWork {
+        rules: Arc::from(rules),
+        route_hostnames,
+        resolved,
+        dropped,
+        outcomes,
+        calls: calls.into_boxed_slice(),
+    })
+}
+
+/// Adds a route's work to the pass: its attachments, the attachedRoutes of the listeners it
+/// is Accepted on, and its status.
+fn attach_route(
+    parent_refs: Vec<ParentRef>,
+    generation: Option<i64>,
+    work: &RouteWork,
+    age: &Age,
+    ctx: &mut AttachCtx<'_, '_>,
+    out: &mut Attached,
+) -> RouteStatus {
+    let attachments = &mut out.attachments;
+    // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
+    // listener's own conditions (a listener with a bad certificate still counts them).
+    let mut counted: Vec<(usize, usize)> = Vec::new();
+    for o in work.outcomes.iter().filter(|o| o.accepted.ok) {
+        for &(li, _) in &o.listeners {
+            if !counted.contains(&(o.gateway, li)) {
+                counted.push((o.gateway, li));
+                ctx.gateways[o.gateway].listeners[li].attached_routes += 1;
+            }
+        }
+    }
     // Sized up front: the status lives as long as the configuration, and a Vec grown by
     // push keeps room for four parents where nearly every route has one.
-    let mut parent_statuses = Vec::with_capacity(outcomes.len());
+    let mut parent_statuses = Vec::with_capacity(work.outcomes.len());
     // This route's attachments are the ones pushed from here on: only they can hold its rules.
     let own_from = attachments.len();
-    let parents_chosen = outcomes.len();
-    let mut resolved = Some(resolved);
-    for (i, o) in outcomes.into_iter().enumerate() {
-        for (li, hosts) in o.listeners {
+    // The outcomes are in parentRef order: each takes its parentRef from here.
+    let mut parent_refs = parent_refs.into_iter().enumerate();
+    for o in &work.outcomes {
+        for (li, hosts) in &o.listeners {
             // Two parentRefs may select the same listener: serve the rules once, for the union
             // of the hostnames.
-            let same = |a: &&mut Attachment| {
-                a.gateway == o.gateway && a.listener == li && Rc::ptr_eq(&a.rules, &rules)
-            };
             let parent = parent_statuses.len();
-            match attachments[own_from..].iter_mut().find(|a| same(a)) {
+            match attachments[own_from..]
+                .iter_mut()
+                .find(|a| a.gateway == o.gateway && a.listener == *li)
+            {
                 Some(existing) => {
-                    existing.hostnames.extend(hosts);
+                    existing.hostnames.extend(hosts.iter().cloned());
                     existing.hostnames.sort();
                     existing.hostnames.dedup();
                     existing.parents.push(parent);
                 }
                 None => attachments.push(Attachment {
                     gateway: o.gateway,
-                    listener: li,
-                    hostnames: hosts,
-                    route_hostnames: Rc::clone(&route_hostnames),
+                    listener: *li,
+                    hostnames: hosts.clone(),
+                    route_hostnames: Arc::clone(&work.route_hostnames),
                     parents: vec![parent],
-                    route_age: Rc::clone(age),
-                    rules: Rc::clone(&rules),
+                    route_age: Arc::clone(age),
+                    rules: Arc::clone(&work.rules),
                 }),
             }
         }
-        // The last parent takes the condition itself, earlier ones (a route with one parent
-        // has none) a copy: each copy is four strings.
-        let resolved = if i + 1 == parents_chosen {
-            resolved.take()
-        } else {
-            resolved.clone()
-        };
-        let mut conditions = vec![o.accepted];
-        conditions.extend(resolved);
-        if !rule_problems.is_empty() && all_invalid.is_none() {
+        let mut conditions = Vec::with_capacity(2 + usize::from(work.dropped.is_some()));
+        conditions.push(o.accepted.condition(ACCEPTED, generation));
+        conditions.push(work.resolved.condition(RESOLVED_REFS, generation));
+        if let Some(dropped) = &work.dropped {
             conditions.push(condition(
                 PARTIALLY_INVALID,
                 true,
                 UNSUPPORTED_VALUE,
-                format!("dropped {}", rule_problems.join("; ")),
+                dropped.clone(),
                 generation,
             ));
         }
+        let parent_ref = parent_refs
+            .find_map(|(i, p)| (i == o.parent).then_some(p))
+            .expect("an outcome's parentRef is the route's");
         parent_statuses.push(RouteParentStatus {
-            parent_ref: o.parent,
+            parent_ref,
             controller_name: ctx.controller.to_string(),
             conditions,
         });
@@ -525,35 +693,56 @@ fn attach_route<R: RouteKind>(
 
 /// Where one parentRef attached the route, and its Accepted condition.
 struct ParentOutcome {
-    parent: ParentRef,
+    /// Index of the parentRef in the route's.
+    parent: usize,
     gateway: usize,
-    accepted: Condition,
+    accepted: Verdict,
     /// (listener index, hostnames served there)
     listeners: Vec<(usize, Vec<String>)>,
+}
+
+/// A condition's substance: what [`condition`] makes a Kubernetes condition of, for the
+/// route's generation, when its status is built. Kept between passes in this form: a
+/// `Condition` is four strings.
+#[derive(Clone, Debug)]
+struct Verdict {
+    ok: bool,
+    reason: &'static str,
+    message: Cow<'static, str>,
+}
+
+impl Verdict {
+    fn condition(&self, type_: &str, generation: Option<i64>) -> Condition {
+        condition(
+            type_,
+            self.ok,
+            self.reason,
+            self.message.clone(),
+            generation,
+        )
+    }
 }
 
 /// For each parentRef that names one of our Gateways: the listeners it selects that allow a
 /// route of `kind` from the route's namespace and share a hostname with it, and the Accepted
 /// condition. `invalid` is the reason no rule of the route can be served, if so: the route then
-/// attaches nowhere. Counts attachedRoutes on the listeners it is Accepted on.
+/// attaches nowhere. Reads the Gateways only: attachedRoutes is counted by [`attach_route`].
 fn select_listeners(
     kind: &str,
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     parents: &[ParentRef],
     hostnames: &[String],
     invalid: Option<&str>,
-    gateways: &mut [GatewayCtx],
+    gateways: &[GatewayCtx],
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<ParentOutcome> {
     let route_ns = namespace(meta);
-    let generation = meta.generation;
-    let mut counted: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut out = Vec::new();
-    for pref in parents {
+    for (parent, pref) in parents.iter().enumerate() {
         let Some((gi, set)) = resolve_parent(pref, &route_ns, gateways) else {
             continue;
         };
-        let gw = &mut gateways[gi];
+        let gw = &gateways[gi];
         let set_refused = set
             .map(|si| &gw.listener_sets[si])
             .filter(|s| !s.allowed)
@@ -604,58 +793,45 @@ fn select_listeners(
             }
             _ => None,
         };
+        let refused = |reason, message: Cow<'static, str>| Verdict {
+            ok: false,
+            reason,
+            message,
+        };
         let accepted = if let Some(why) = set_refused {
-            condition(ACCEPTED, false, NO_MATCHING_PARENT, why, generation)
+            refused(NO_MATCHING_PARENT, why.into())
         } else if candidates.is_empty() {
-            condition(
-                ACCEPTED,
-                false,
+            refused(
                 NO_MATCHING_PARENT,
-                "no listener matches the parentRef's sectionName and port",
-                generation,
+                "no listener matches the parentRef's sectionName and port".into(),
             )
         } else if allowed.is_empty() {
-            condition(
-                ACCEPTED,
-                false,
+            refused(
                 NOT_ALLOWED_BY_LISTENERS,
-                format!("no listener allows this {kind} (kind or namespace)"),
-                generation,
+                format!("no listener allows this {kind} (kind or namespace)").into(),
             )
         } else if listeners.is_empty() {
-            condition(
-                ACCEPTED,
-                false,
+            refused(
                 NO_MATCHING_LISTENER_HOSTNAME,
-                "no listener hostname intersects the route's hostnames",
-                generation,
+                "no listener hostname intersects the route's hostnames".into(),
             )
         } else if let Some(why) = taken {
             listeners.clear();
-            condition(ACCEPTED, false, PENDING, why, generation)
+            refused(PENDING, why.into())
         } else if let Some(why) = invalid {
             listeners.clear();
-            condition(
-                ACCEPTED,
-                false,
-                UNSUPPORTED_VALUE,
-                why.to_string(),
-                generation,
-            )
+            refused(UNSUPPORTED_VALUE, why.to_string().into())
         } else {
-            condition(ACCEPTED, true, ACCEPTED, "Accepted", generation)
-        };
-        // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
-        // listener's own conditions (a listener with a bad certificate still counts them).
-        if accepted.status == "True" {
-            for &(li, _) in &listeners {
-                if counted.insert((gi, li)) {
-                    gw.listeners[li].attached_routes += 1;
-                }
+            Verdict {
+                ok: true,
+                reason: ACCEPTED,
+                message: "Accepted".into(),
             }
-        }
+        };
+        // Kept between passes, so held at its size.
+        listeners.shrink_to_fit();
         out.push(ParentOutcome {
-            parent: pref.clone(),
+            parent,
             gateway: gi,
             accepted,
             listeners,
