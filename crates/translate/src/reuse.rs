@@ -21,6 +21,7 @@ use crate::kinds::{
 };
 use crate::routes::{Memo, RouteKind};
 use foldhash::HashMap;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -109,7 +110,12 @@ impl RouteMemo {
     }
 }
 
-/// Whether every kind but the routes reads the same to translate in `a` and `b`.
+/// Whether every kind a route's work reads reads the same to translate in `a` and `b`: all but
+/// the routes themselves and EndpointSlices. Endpoints only fill a cluster, which a pass
+/// registers afresh from the current slices the first time a route resolves to it (a reused
+/// route's calls are made again for that: [`crate::routes`]); no route's work reads them. So
+/// pods coming and going, the most frequent change in a cluster, leave every route's work as
+/// it was.
 fn same_around_routes(a: &Input, b: &Input) -> bool {
     struct Routes(HashSet<String>);
     impl RouteKindVisitor for Routes {
@@ -119,6 +125,7 @@ fn same_around_routes(a: &Input, b: &Input) -> bool {
     }
     let mut routes = Routes(HashSet::new());
     for_each_route_kind(&mut routes);
+    routes.0.insert(EndpointSlice::kind_name());
     struct Visit<'i> {
         a: &'i Input,
         b: &'i Input,

@@ -1,7 +1,7 @@
 //! `translate_reusing`: a pass that takes each route's work from the last pass where it still
 //! holds must give exactly what translating from nothing gives. Random sequences of changes
-//! (routes, Gateways, Services, status writes, order, options), one `Reuse` through each, every
-//! step compared with a fresh translation.
+//! (routes, Gateways, Services, endpoints, status writes, order, options), one `Reuse` through
+//! each, every step compared with a fresh translation.
 
 mod changes;
 
@@ -52,4 +52,36 @@ fn reusing_work_translates_as_from_nothing_over_random_changes() {
         reused > 5000 && worked > 5000,
         "{reused} routes reused, {worked} worked out"
     );
+}
+
+/// Pods coming and going change EndpointSlices only: every route's work is reused, and the
+/// clusters still carry the new endpoints.
+#[test]
+fn an_endpoints_change_reuses_every_route_and_serves_the_new_endpoints() {
+    let options = Options::default();
+    let mut input = base();
+    let mut reuse = Reuse::default();
+    translate_reusing(&input, &options, &mut reuse);
+    let slice = input
+        .endpoint_slices
+        .iter()
+        .position(|s| s.metadata.name.as_deref() == Some("svc"))
+        .unwrap();
+    changes::edit(&mut input.endpoint_slices, slice, |s| {
+        s.endpoints[0].addresses = vec!["10.9.9.9".into()];
+    });
+    let out = translate_reusing(&input, &options, &mut reuse);
+    assert_eq!(
+        (reuse.reused().routes, reuse.reused().worked),
+        (changes::ROUTES, 0)
+    );
+    assert!(out == translate(&input, &options));
+    let cluster = out
+        .config
+        .clusters
+        .iter()
+        .find(|c| c.name == "default/svc:80")
+        .unwrap();
+    let addresses: Vec<String> = cluster.endpoints.iter().map(|e| e.to_string()).collect();
+    assert_eq!(addresses, ["10.9.9.9:9000"]);
 }

@@ -76,9 +76,11 @@ pub enum Change {
     RemoveService,
     /// `svc3` (again) if there is none: a route that names it now resolves.
     AddService,
+    /// An endpoint's address (a pod replaced).
+    Endpoints,
 }
 
-pub const CHANGES: [Change; 16] = [
+pub const CHANGES: [Change; 17] = [
     Change::RouteStatus,
     Change::GatewayStatus,
     Change::ResourceVersion,
@@ -95,6 +97,7 @@ pub const CHANGES: [Change; 16] = [
     Change::ListenerHostname,
     Change::RemoveService,
     Change::AddService,
+    Change::Endpoints,
 ];
 
 /// Replaces the object at `i` of `list` by a changed copy, as a store replaces what a watch
@@ -227,6 +230,13 @@ pub fn apply(input: &mut Input, change: Change, rng: &mut fastrand::Rng, serial:
                 None,
             ));
             input.services.extend(added.services);
+        }
+        Change::Endpoints if !input.endpoint_slices.is_empty() => {
+            let i = rng.usize(..input.endpoint_slices.len());
+            edit(&mut input.endpoint_slices, i, |s| {
+                s.endpoints[0].addresses =
+                    vec![format!("10.1.{}.{}", *serial / 250, *serial % 250)];
+            });
         }
         // A change that needs a route while there is none.
         _ => {}
