@@ -104,11 +104,11 @@ fn listener<'a>(
                         let origin = hostname::origin_specificity(hostname, &a.route_hostnames);
                         for (match_index, m) in template.matches.iter().enumerate() {
                             candidates.push(precedence::Candidate {
-                                hostname: hostname.clone(),
+                                hostname,
                                 origin,
-                                matcher: m.clone(),
+                                matcher: m,
                                 rule: index,
-                                route_age: a.route_age.clone(),
+                                route_age: &a.route_age,
                                 rule_index: *rule_index,
                                 match_index,
                             });

@@ -5,6 +5,7 @@
 //! conditions and the current time, which keeps the old time for unchanged conditions.
 
 use crate::Status;
+use crate::routes::RouteStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -110,7 +111,16 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
     for (key, s) in &mut status.routes {
         while before.next_if(|(k, _)| *k < key).is_some() {}
         let old = before.next_if(|(k, _)| *k == key).map(|(_, o)| o);
-        for p in &mut s.parents {
+        // A route whose status stamps to what it was keeps that `Arc`: nothing is copied for
+        // the thousands of routes a change does not touch, and the status writer sees by
+        // pointer that they are unchanged.
+        if let Some(old) = old
+            && stamps_to(s, old)
+        {
+            *s = std::sync::Arc::clone(old);
+            continue;
+        }
+        for p in &mut std::sync::Arc::make_mut(s).parents {
             let old_p = old.and_then(|o| o.parents.iter().find(|op| op.parent_ref == p.parent_ref));
             each(Some(&mut p.conditions), old_p.map(|o| &o.conditions), now);
         }
@@ -126,6 +136,41 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
             each(Some(&mut a.conditions), old_a.map(|o| &o.conditions), now);
         }
     }
+}
+
+/// Whether stamping `new` against `old` (as [`stamp_status`] does) gives `old` itself: the same
+/// parents in the same order, each with the same conditions but for their times, each found in
+/// `old` where it stands (stamping looks parents up by parentRef and conditions by type, first
+/// match). Then every time comes from `old`, and so does everything else.
+fn stamps_to(new: &RouteStatus, old: &RouteStatus) -> bool {
+    new.parents.len() == old.parents.len()
+        && new
+            .parents
+            .iter()
+            .zip(&old.parents)
+            .enumerate()
+            .all(|(i, (p, op))| {
+                p.parent_ref == op.parent_ref
+                    && p.controller_name == op.controller_name
+                    && old
+                        .parents
+                        .iter()
+                        .position(|x| x.parent_ref == p.parent_ref)
+                        == Some(i)
+                    && p.conditions.len() == op.conditions.len()
+                    && p.conditions
+                        .iter()
+                        .zip(&op.conditions)
+                        .enumerate()
+                        .all(|(j, (c, oc))| {
+                            c.type_ == oc.type_
+                                && c.status == oc.status
+                                && c.reason == oc.reason
+                                && c.message == oc.message
+                                && c.observed_generation == oc.observed_generation
+                                && op.conditions.iter().position(|x| x.type_ == c.type_) == Some(j)
+                        })
+            })
 }
 
 /// Condition types and reasons used across the crate, spelled once.
@@ -218,7 +263,7 @@ mod tests {
         for (name, accepted) in [("a", true), ("b", true), ("d", false), ("e", true)] {
             previous
                 .routes
-                .insert(key(name), status(accepted, Some(t0)));
+                .insert(key(name), std::sync::Arc::new(status(accepted, Some(t0))));
         }
         let mut now = Status::default();
         for (name, accepted) in [
@@ -228,7 +273,8 @@ mod tests {
             ("e", false),
             ("f", true),
         ] {
-            now.routes.insert(key(name), status(accepted, None));
+            now.routes
+                .insert(key(name), std::sync::Arc::new(status(accepted, None)));
         }
         stamp_status(&mut now, &previous, t1);
         let time = |name: &str| {
@@ -241,6 +287,57 @@ mod tests {
         assert_eq!(time("d"), Time(t0), "unchanged after a route that went");
         assert_eq!(time("e"), Time(t1), "its status changed");
         assert_eq!(time("f"), Time(t1), "new, after the last previous route");
+        // What stamps to what it was is what it was: shared, not copied.
+        let shared = |name: &str| {
+            std::sync::Arc::ptr_eq(&now.routes[&key(name)], &previous.routes[&key(name)])
+        };
+        assert!(shared("a") && shared("d"));
+        assert!(!shared("e"));
+    }
+
+    /// A condition whose reason or message changed keeps its time (its status did not change)
+    /// but is not taken for the previous one.
+    #[test]
+    fn a_route_whose_message_changed_keeps_its_time_in_a_new_status() {
+        use crate::routes::{ParentRef, RouteKey, RouteParentStatus, RouteStatus};
+        use std::sync::Arc;
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let key = RouteKey {
+            kind: "HTTPRoute".into(),
+            key: crate::ObjectKey::new("ns", "r"),
+        };
+        let status = |message: &str| RouteStatus {
+            parents: vec![RouteParentStatus {
+                parent_ref: ParentRef {
+                    group: None,
+                    kind: None,
+                    name: "gw".into(),
+                    namespace: None,
+                    port: None,
+                    section_name: None,
+                },
+                controller_name: "c".into(),
+                conditions: vec![condition(
+                    names::RESOLVED_REFS,
+                    false,
+                    "BackendNotFound",
+                    message,
+                    Some(1),
+                )],
+            }],
+        };
+        let mut previous = Status::default();
+        let mut before = status("Service a not found");
+        before.parents[0].conditions[0].last_transition_time = Time(t0);
+        previous.routes.insert(key.clone(), Arc::new(before));
+        let mut now = Status::default();
+        now.routes
+            .insert(key.clone(), Arc::new(status("Service b not found")));
+        stamp_status(&mut now, &previous, Timestamp::from_second(2_000).unwrap());
+        let c = &now.routes[&key].parents[0].conditions[0];
+        assert_eq!(c.message, "Service b not found");
+        assert_eq!(c.last_transition_time, Time(t0));
+        assert!(!Arc::ptr_eq(&now.routes[&key], &previous.routes[&key]));
     }
 
     #[test]

@@ -260,7 +260,7 @@ macro_rules! registry {
         fn carried_status(&self, status: &mut Status) {
             if let Some(carried) = <Self as crate::RouteKind>::carried_status(self) {
                 let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
-                status.routes.insert(key, carried);
+                status.routes.insert(key, std::sync::Arc::new(carried));
             }
         }
     };

@@ -43,6 +43,7 @@ use gateway_api::apis::standard::{
 };
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
 /// The controllerName Gatehouse answers to.
 pub const CONTROLLER_NAME: &str = "gatehouse.dev/gateway-controller";
@@ -218,15 +219,18 @@ pub struct Status {
     pub gateways: BTreeMap<ObjectKey, GatewayStatus>,
     /// ListenerSets whose parentRef names one of our Gateways.
     pub listener_sets: BTreeMap<ObjectKey, ListenerSetStatus>,
-    /// Routes of every kind.
-    pub routes: BTreeMap<RouteKey, RouteStatus>,
+    /// Routes of every kind. Shared: a route whose translation is reused from the last pass
+    /// (`Reuse`) has the same status, and stamping keeps the last pass's where nothing changed.
+    pub routes: BTreeMap<RouteKey, Arc<RouteStatus>>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicyStatus>,
 }
 
 impl Status {
     /// The status of the route of kind `R` named `key`, if it is ours.
     pub fn route<R: RouteKind>(&self, key: &ObjectKey) -> Option<&RouteStatus> {
-        self.routes.get(&RouteKey::of::<R>(key.clone()))
+        self.routes
+            .get(&RouteKey::of::<R>(key.clone()))
+            .map(|s| &**s)
     }
 
     /// The objects whose status differs between `self` and `previous` (or is in one of them
@@ -234,10 +238,11 @@ impl Status {
     /// with no lookup per object. The status writer asks [`Kind::computed_status_changed`]
     /// of every object on every pass, and a new route changes two entries of thousands.
     pub fn changed_since<'a>(&'a self, previous: &'a Status) -> ChangedStatus<'a> {
-        fn walk<'a, K: Ord, V: PartialEq, T>(
+        fn walk<'a, K: Ord, V, T>(
             now: &'a BTreeMap<K, V>,
             before: &'a BTreeMap<K, V>,
             key: impl Fn(&'a K) -> T,
+            same: impl Fn(&V, &V) -> bool,
             out: &mut std::collections::HashSet<T>,
         ) where
             T: std::hash::Hash + Eq,
@@ -264,7 +269,7 @@ impl Status {
                             b.next();
                         }
                         std::cmp::Ordering::Equal => {
-                            if va != vb {
+                            if !same(va, vb) {
                                 out.insert(key(ka));
                             }
                             a.next();
@@ -280,18 +285,21 @@ impl Status {
             &self.gateway_classes,
             &previous.gateway_classes,
             |k: &'a String| k.as_str(),
+            |a, b| a == b,
             &mut changed.gateway_classes,
         );
         walk(
             &self.gateways,
             &previous.gateways,
             by_key,
+            |a, b| a == b,
             &mut changed.gateways,
         );
         walk(
             &self.listener_sets,
             &previous.listener_sets,
             by_key,
+            |a, b| a == b,
             &mut changed.listener_sets,
         );
         walk(
@@ -304,12 +312,16 @@ impl Status {
                     k.key.name.as_str(),
                 )
             },
+            // Shared statuses (a route whose translation was reused) are the same by
+            // pointer, without comparing thousands of them field by field.
+            |a, b| Arc::ptr_eq(a, b) || a == b,
             &mut changed.routes,
         );
         walk(
             &self.backend_tls_policies,
             &previous.backend_tls_policies,
             by_key,
+            |a, b| a == b,
             &mut changed.backend_tls_policies,
         );
         changed
@@ -321,7 +333,7 @@ impl Status {
         self.routes
             .iter()
             .filter(move |(k, _)| k.kind == kind)
-            .map(|(k, s)| (&k.key, s))
+            .map(|(k, s)| (&k.key, &**s))
     }
 }
 

@@ -13,34 +13,36 @@ use std::cmp::{Ordering, Reverse};
 // foldhash: a fraction of SipHash's cost per hostname, still seeded per process (hashbrown's default).
 use foldhash::{HashMap, HashMapExt};
 
-/// One (hostname, match) pair of an attached rule.
-pub struct Candidate {
-    pub hostname: String,
+/// One (hostname, match) pair of an attached rule, borrowed from the attachment: a listener
+/// has one per hostname and match of every route, and only the winners' matches are copied
+/// into the configuration.
+pub struct Candidate<'a> {
+    pub hostname: &'a str,
     /// The specificity of the route hostname `hostname` came from
     /// ([`hostname::origin_specificity`]): first in precedence among the candidates of one
     /// hostname.
     pub origin: (u8, Reverse<usize>),
-    pub matcher: ir::HttpMatch,
+    pub matcher: &'a ir::HttpMatch,
     /// Index into the listener's rules.
     pub rule: usize,
-    pub route_age: crate::routes::Age,
+    pub route_age: &'a crate::routes::RouteAge,
     pub rule_index: usize,
     pub match_index: usize,
 }
 
-type MatchKey = (
+type MatchKey<'a> = (
     (u8, Reverse<usize>),
     u8,
     Reverse<usize>,
     bool,
     Reverse<usize>,
     Reverse<usize>,
-    crate::routes::Age,
+    &'a crate::routes::RouteAge,
     usize,
     usize,
 );
 
-fn match_key(c: &Candidate) -> MatchKey {
+fn match_key<'a>(c: &Candidate<'a>) -> MatchKey<'a> {
     let (rank, len) = match &c.matcher.path {
         ir::PathMatch::Exact(p) => (0, p.len()),
         ir::PathMatch::Regex(p) => (1, p.len()),
@@ -53,7 +55,7 @@ fn match_key(c: &Candidate) -> MatchKey {
         c.matcher.method.is_none(),
         Reverse(c.matcher.headers.len()),
         Reverse(c.matcher.query_params.len()),
-        c.route_age.clone(),
+        c.route_age,
         c.rule_index,
         c.match_index,
     )
@@ -65,12 +67,12 @@ fn match_key(c: &Candidate) -> MatchKey {
 /// Linear in the candidates (after the sort) and in the hosts times their labels: a host's
 /// covering hosts are looked up by name (itself, the wildcards of its suffixes, `*`) instead of
 /// testing every other host, which made a listener with thousands of hostnames quadratic.
-pub fn virtual_hosts(mut candidates: Vec<Candidate>) -> Vec<ir::VirtualHost> {
+pub fn virtual_hosts(mut candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
     candidates.sort_by_cached_key(match_key);
     // Each hostname's candidates, in precedence order (the sort above is stable per host).
     let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, c) in candidates.iter().enumerate() {
-        by_host.entry(c.hostname.as_str()).or_default().push(i);
+        by_host.entry(c.hostname).or_default().push(i);
     }
     let mut hosts: Vec<&str> = by_host.keys().copied().collect();
     hosts.sort_by(|a, b| by_specificity(a, b));

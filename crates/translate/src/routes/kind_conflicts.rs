@@ -14,6 +14,7 @@ use crate::conditions::names::{ACCEPTED, NOT_ALLOWED_BY_LISTENERS};
 use crate::gateways::GatewayCtx;
 use crate::hostname;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const HTTP_ROUTE: &str = "HTTPRoute";
 const GRPC_ROUTE: &str = "GRPCRoute";
@@ -105,10 +106,11 @@ pub fn resolve(out: &mut Attached, gateways: &mut [GatewayCtx]) {
         if still_served(&route, parent, &out.attachments) {
             continue;
         }
+        // The status may be shared with the route's kept work (`Reuse`): changed in a copy.
         let Some(entry) = out
             .status
             .get_mut(&route)
-            .and_then(|s| s.parents.get_mut(parent))
+            .and_then(|s| Arc::make_mut(s).parents.get_mut(parent))
         else {
             continue;
         };

@@ -401,7 +401,7 @@ impl Attachment {
 #[derive(Default)]
 pub struct Attached {
     pub attachments: Vec<Attachment>,
-    pub status: BTreeMap<RouteKey, RouteStatus>,
+    pub status: BTreeMap<RouteKey, Arc<RouteStatus>>,
 }
 
 /// The shared inputs of attaching routes.
@@ -422,11 +422,11 @@ pub(crate) struct RouteWork {
     /// (index in the route's spec, rule)
     rules: Arc<[(usize, RouteRule)]>,
     route_hostnames: Arc<[String]>,
-    /// ResolvedRefs: every parent's status carries it after its Accepted.
-    resolved: Verdict,
-    /// PartiallyInvalid (after ResolvedRefs): why some rules, not all, were dropped.
-    dropped: Option<String>,
-    outcomes: Box<[ParentOutcome]>,
+    /// Where each parent of the status placed the route (in the order of `status.parents`).
+    placements: Box<[Placement]>,
+    /// The route's status, shared with the pass's [`crate::Status`] (and, when it stamps to
+    /// what it was, with the last published one).
+    status: Arc<RouteStatus>,
     /// The backend resolutions the rules made, to be made again when reused.
     calls: Box<[BackendCall]>,
 }
@@ -435,8 +435,8 @@ pub(crate) struct RouteWork {
 /// parentRef names one of our Gateways, its work.
 pub(crate) struct Memo {
     pub age: Age,
-    /// Boxed: the memo's maps hold one entry per route, and most of a pass's lookups miss
-    /// nothing but move entries between them.
+    /// Boxed: every pass moves each route's entry from one of the memo's maps to the other,
+    /// so entries are kept small.
     pub work: Option<Box<RouteWork>>,
 }
 
@@ -483,9 +483,7 @@ pub fn attach_kind<R: RouteKind>(
             memo.work = work(&**route, &kind_ref, age, referrer, ctx).map(Box::new);
         }
         if let Some(work) = &memo.work {
-            let meta = route.meta();
-            let status = attach_route(route.parent_refs(), meta.generation, work, age, ctx, out);
-            out.status.insert(age.key.clone(), status);
+            attach_route(work, age, ctx, out);
         }
         ctx.reuse.keep(route, memo);
     }
@@ -599,76 +597,16 @@ fn work<R: RouteKind>(
     };
     let dropped = (!rule_problems.is_empty() && all_invalid.is_none())
         .then(|| format!("dropped {}", rule_problems.join("; ")));
-    let outcomes = outcomes.into_boxed_slice();
-    Some(RouteWork {
-        rules: Arc::from(rules),
-        route_hostnames,
-        resolved,
-        dropped,
-        outcomes,
-        calls: calls.into_boxed_slice(),
-    })
-}
-
-/// Adds a route's work to the pass: its attachments, the attachedRoutes of the listeners it
-/// is Accepted on, and its status.
-fn attach_route(
-    parent_refs: Vec<ParentRef>,
-    generation: Option<i64>,
-    work: &RouteWork,
-    age: &Age,
-    ctx: &mut AttachCtx<'_, '_>,
-    out: &mut Attached,
-) -> RouteStatus {
-    let attachments = &mut out.attachments;
-    // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
-    // listener's own conditions (a listener with a bad certificate still counts them).
-    let mut counted: Vec<(usize, usize)> = Vec::new();
-    for o in work.outcomes.iter().filter(|o| o.accepted.ok) {
-        for &(li, _) in &o.listeners {
-            if !counted.contains(&(o.gateway, li)) {
-                counted.push((o.gateway, li));
-                ctx.gateways[o.gateway].listeners[li].attached_routes += 1;
-            }
-        }
-    }
-    // Sized up front: the status lives as long as the configuration, and a Vec grown by
-    // push keeps room for four parents where nearly every route has one.
-    let mut parent_statuses = Vec::with_capacity(work.outcomes.len());
-    // This route's attachments are the ones pushed from here on: only they can hold its rules.
-    let own_from = attachments.len();
+    let generation = meta.generation;
     // The outcomes are in parentRef order: each takes its parentRef from here.
-    let mut parent_refs = parent_refs.into_iter().enumerate();
-    for o in &work.outcomes {
-        for (li, hosts) in &o.listeners {
-            // Two parentRefs may select the same listener: serve the rules once, for the union
-            // of the hostnames.
-            let parent = parent_statuses.len();
-            match attachments[own_from..]
-                .iter_mut()
-                .find(|a| a.gateway == o.gateway && a.listener == *li)
-            {
-                Some(existing) => {
-                    existing.hostnames.extend(hosts.iter().cloned());
-                    existing.hostnames.sort();
-                    existing.hostnames.dedup();
-                    existing.parents.push(parent);
-                }
-                None => attachments.push(Attachment {
-                    gateway: o.gateway,
-                    listener: *li,
-                    hostnames: hosts.clone(),
-                    route_hostnames: Arc::clone(&work.route_hostnames),
-                    parents: vec![parent],
-                    route_age: Arc::clone(age),
-                    rules: Arc::clone(&work.rules),
-                }),
-            }
-        }
-        let mut conditions = Vec::with_capacity(2 + usize::from(work.dropped.is_some()));
+    let mut parent_refs = parents.into_iter().enumerate();
+    let mut statuses = Vec::with_capacity(outcomes.len());
+    let mut placements = Vec::with_capacity(outcomes.len());
+    for o in outcomes {
+        let mut conditions = Vec::with_capacity(2 + usize::from(dropped.is_some()));
         conditions.push(o.accepted.condition(ACCEPTED, generation));
-        conditions.push(work.resolved.condition(RESOLVED_REFS, generation));
-        if let Some(dropped) = &work.dropped {
+        conditions.push(resolved.condition(RESOLVED_REFS, generation));
+        if let Some(dropped) = &dropped {
             conditions.push(condition(
                 PARTIALLY_INVALID,
                 true,
@@ -680,15 +618,78 @@ fn attach_route(
         let parent_ref = parent_refs
             .find_map(|(i, p)| (i == o.parent).then_some(p))
             .expect("an outcome's parentRef is the route's");
-        parent_statuses.push(RouteParentStatus {
+        statuses.push(RouteParentStatus {
             parent_ref,
             controller_name: ctx.controller.to_string(),
             conditions,
         });
+        placements.push(Placement {
+            gateway: o.gateway,
+            accepted: o.accepted.ok,
+            listeners: o.listeners,
+        });
     }
-    RouteStatus {
-        parents: parent_statuses,
+    Some(RouteWork {
+        rules: Arc::from(rules),
+        route_hostnames,
+        placements: placements.into_boxed_slice(),
+        status: Arc::new(RouteStatus { parents: statuses }),
+        calls: calls.into_boxed_slice(),
+    })
+}
+
+/// Adds a route's work to the pass: its attachments, the attachedRoutes of the listeners it
+/// is Accepted on, and its status.
+fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &mut Attached) {
+    let attachments = &mut out.attachments;
+    // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
+    // listener's own conditions (a listener with a bad certificate still counts them).
+    let mut counted: Vec<(usize, usize)> = Vec::new();
+    for p in work.placements.iter().filter(|p| p.accepted) {
+        for &(li, _) in &p.listeners {
+            if !counted.contains(&(p.gateway, li)) {
+                counted.push((p.gateway, li));
+                ctx.gateways[p.gateway].listeners[li].attached_routes += 1;
+            }
+        }
     }
+    // This route's attachments are the ones pushed from here on: only they can hold its rules.
+    let own_from = attachments.len();
+    for (parent, p) in work.placements.iter().enumerate() {
+        for (li, hosts) in &p.listeners {
+            // Two parentRefs may select the same listener: serve the rules once, for the union
+            // of the hostnames.
+            match attachments[own_from..]
+                .iter_mut()
+                .find(|a| a.gateway == p.gateway && a.listener == *li)
+            {
+                Some(existing) => {
+                    existing.hostnames.extend(hosts.iter().cloned());
+                    existing.hostnames.sort();
+                    existing.hostnames.dedup();
+                    existing.parents.push(parent);
+                }
+                None => attachments.push(Attachment {
+                    gateway: p.gateway,
+                    listener: *li,
+                    hostnames: hosts.clone(),
+                    route_hostnames: Arc::clone(&work.route_hostnames),
+                    parents: vec![parent],
+                    route_age: Arc::clone(age),
+                    rules: Arc::clone(&work.rules),
+                }),
+            }
+        }
+    }
+    out.status.insert(age.key.clone(), Arc::clone(&work.status));
+}
+
+/// Where one parentRef placed a route: its Gateway, whether it is Accepted there, and the
+/// listeners it serves on with the hostnames it serves there.
+struct Placement {
+    gateway: usize,
+    accepted: bool,
+    listeners: Vec<(usize, Vec<String>)>,
 }
 
 /// Where one parentRef attached the route, and its Accepted condition.
