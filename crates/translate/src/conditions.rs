@@ -152,11 +152,8 @@ fn stamps_to(new: &RouteStatus, old: &RouteStatus) -> bool {
             .all(|(i, (p, op))| {
                 p.parent_ref == op.parent_ref
                     && p.controller_name == op.controller_name
-                    && old
-                        .parents
-                        .iter()
-                        .position(|x| x.parent_ref == p.parent_ref)
-                        == Some(i)
+                    // No earlier parent has the parentRef (stamping takes the first).
+                    && old.parents[..i].iter().all(|x| x.parent_ref != p.parent_ref)
                     && p.conditions.len() == op.conditions.len()
                     && p.conditions
                         .iter()
@@ -168,7 +165,7 @@ fn stamps_to(new: &RouteStatus, old: &RouteStatus) -> bool {
                                 && c.reason == oc.reason
                                 && c.message == oc.message
                                 && c.observed_generation == oc.observed_generation
-                                && op.conditions.iter().position(|x| x.type_ == c.type_) == Some(j)
+                                && op.conditions[..j].iter().all(|x| x.type_ != c.type_)
                         })
             })
 }
