@@ -178,6 +178,10 @@ impl<K: Kind> Object for K {
 
 type Key = (String, String, String);
 
+/// Objects by key for the duplicate check of every snapshot: one entry per object of every
+/// file on every pass, so a fast hash (the keys are the operator's own manifests).
+type Seen<'p> = HashMap<Key, (&'p Path, usize), foldhash::fast::RandomState>;
+
 fn display_key((kind, ns, name): &Key) -> String {
     if ns.is_empty() {
         format!("{kind} {name}")
@@ -248,7 +252,7 @@ impl FileSource {
                     self.walked = false;
                     let mut out = Loaded::default();
                     out.errors.push(err);
-                    let mut seen = HashMap::new();
+                    let mut seen = Seen::default();
                     for (path, state) in &self.files {
                         if let Some(good) = &state.last_good {
                             out.stale_files.push(path.clone());
@@ -349,7 +353,9 @@ impl FileSource {
             errors: self.walk_errors.clone(),
             ..Loaded::default()
         };
-        let mut seen: HashMap<Key, (&Path, usize)> = HashMap::new();
+        // Sized for every object up front: growing it was a twentieth of a snapshot.
+        let objects = self.files.values().map(|f| f.parsed.objects.len()).sum();
+        let mut seen = Seen::with_capacity_and_hasher(objects, Default::default());
         let locations = self.locations;
         for (path, state) in &mut self.files {
             let mut errors = Vec::new();
@@ -427,7 +433,7 @@ fn contribute<'p>(
     path: &'p Path,
     objects: &[Located],
     keys: Option<Vec<(Key, usize)>>,
-    seen: &mut HashMap<Key, (&'p Path, usize)>,
+    seen: &mut Seen<'p>,
     locations: bool,
     out: &mut Loaded,
 ) {
