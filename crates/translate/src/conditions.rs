@@ -225,11 +225,30 @@ mod tests {
         c.iter().find(|c| c.type_ == type_).cloned()
     }
 
+    /// A route's status with one parent (Gateway `gw`) and one condition.
+    fn route_status(c: Condition) -> crate::routes::RouteStatus {
+        use crate::routes::{ParentRef, RouteParentStatus, RouteStatus};
+        RouteStatus {
+            parents: vec![RouteParentStatus {
+                parent_ref: ParentRef {
+                    group: None,
+                    kind: None,
+                    name: "gw".into(),
+                    namespace: None,
+                    port: None,
+                    section_name: None,
+                },
+                controller_name: "c".into(),
+                conditions: vec![c],
+            }],
+        }
+    }
+
     /// Routes are matched to their previous status by key while both maps are walked in
     /// order: routes only in the old status, or only in the new one, must not shift the match.
     #[test]
     fn each_route_keeps_the_times_of_its_own_previous_status() {
-        use crate::routes::{ParentRef, RouteKey, RouteParentStatus, RouteStatus};
+        use crate::routes::RouteKey;
         let t0 = Timestamp::from_second(1_000).unwrap();
         let t1 = Timestamp::from_second(2_000).unwrap();
         let key = |name: &str| RouteKey {
@@ -241,20 +260,7 @@ mod tests {
             if let Some(at) = at {
                 c.last_transition_time = Time(at);
             }
-            RouteStatus {
-                parents: vec![RouteParentStatus {
-                    parent_ref: ParentRef {
-                        group: None,
-                        kind: None,
-                        name: "gw".into(),
-                        namespace: None,
-                        port: None,
-                        section_name: None,
-                    },
-                    controller_name: "c".into(),
-                    conditions: vec![c],
-                }],
-            }
+            route_status(c)
         };
         let mut previous = Status::default();
         for (name, accepted) in [("a", true), ("b", true), ("d", false), ("e", true)] {
@@ -296,32 +302,21 @@ mod tests {
     /// but is not taken for the previous one.
     #[test]
     fn a_route_whose_message_changed_keeps_its_time_in_a_new_status() {
-        use crate::routes::{ParentRef, RouteKey, RouteParentStatus, RouteStatus};
+        use crate::routes::RouteKey;
         use std::sync::Arc;
         let t0 = Timestamp::from_second(1_000).unwrap();
         let key = RouteKey {
             kind: "HTTPRoute".into(),
             key: crate::ObjectKey::new("ns", "r"),
         };
-        let status = |message: &str| RouteStatus {
-            parents: vec![RouteParentStatus {
-                parent_ref: ParentRef {
-                    group: None,
-                    kind: None,
-                    name: "gw".into(),
-                    namespace: None,
-                    port: None,
-                    section_name: None,
-                },
-                controller_name: "c".into(),
-                conditions: vec![condition(
-                    names::RESOLVED_REFS,
-                    false,
-                    "BackendNotFound",
-                    message,
-                    Some(1),
-                )],
-            }],
+        let status = |message: &str| {
+            route_status(condition(
+                names::RESOLVED_REFS,
+                false,
+                "BackendNotFound",
+                message,
+                Some(1),
+            ))
         };
         let mut previous = Status::default();
         let mut before = status("Service a not found");
