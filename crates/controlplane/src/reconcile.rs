@@ -251,8 +251,12 @@ impl<S: Source> Reconciler<S> {
             })
             .await
             .expect("reading and translating never panic");
-        if matches!(translated, Translated::New(_)) {
-            let reused = reuse.reused();
+        self.reuse = reuse;
+        self.source = Some(source);
+        self.adjust = adjust;
+        let translating = matches!(translated, Translated::New(_));
+        if translating {
+            let reused = self.reuse.reused();
             let routes = &self.state.metrics.translate_routes;
             for (result, n) in [("reused", reused.routes), ("translated", reused.worked)] {
                 routes
@@ -260,10 +264,6 @@ impl<S: Source> Reconciler<S> {
                     .inc_by(n as u64);
             }
         }
-        self.reuse = reuse;
-        self.source = Some(source);
-        self.adjust = adjust;
-        let translating = matches!(translated, Translated::New(_));
         let (serving, infrastructure) = match translated {
             Translated::New(mut output) => {
                 let infrastructure = std::mem::take(&mut output.infrastructure);

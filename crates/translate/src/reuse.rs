@@ -67,9 +67,7 @@ impl Reuse {
         match &mut self.last {
             Some((last, o)) => {
                 last.clone_from(input);
-                if o != options {
-                    *o = options.clone();
-                }
+                o.clone_from(options);
             }
             None => self.last = Some((input.clone(), options.clone())),
         }
