@@ -521,9 +521,11 @@ async fn publish(
     let t = Instant::now();
     let mut status = output.status;
     gatehouse_translate::serving::apply(&mut status, &config, &serving);
-    gatehouse_translate::stamp_status(
+    let unstamped_routes: Vec<_> = status.routes.values().cloned().collect();
+    gatehouse_translate::stamp_status_since(
         &mut status,
         &previous.status,
+        &previous.unstamped_routes,
         k8s_openapi::jiff::Timestamp::now(),
     );
     let generation = previous.generation + u64::from(config_changed);
@@ -550,6 +552,7 @@ async fn publish(
         generation,
         config,
         status: Arc::new(status),
+        unstamped_routes,
         input: snapshot.input.clone(),
         errors,
         warnings: snapshot.warnings.clone(),

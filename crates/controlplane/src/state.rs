@@ -4,7 +4,7 @@
 use crate::metrics::ControlMetrics;
 use arc_swap::ArcSwap;
 use gatehouse_ir as ir;
-use gatehouse_translate::{Input, Status};
+use gatehouse_translate::{Input, RouteStatus, Status};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use std::sync::Arc;
@@ -20,6 +20,10 @@ pub struct Published {
     /// Shared with the status writer: a pass that reuses the last translation hands it the
     /// same status without copying it, and the writer can tell.
     pub status: Arc<Status>,
+    /// What each route status of `status` was stamped from, in key order: translate's own
+    /// `Arc`s, which a route whose translation is reused hands back on the next pass. Stamping
+    /// then knows such a route's status by pointer ([`gatehouse_translate::stamp_status_since`]).
+    pub unstamped_routes: Vec<Arc<RouteStatus>>,
     /// The snapshot `status` was computed from. It shares its objects with the source, so
     /// keeping it costs a pointer per object; [`Published::objects`] builds the report from it
     /// when asked, instead of every pass building (and holding) a JSON copy of every object.
@@ -43,6 +47,7 @@ impl Published {
             generation: self.generation,
             config: Arc::clone(&self.config),
             status: Arc::clone(&self.status),
+            unstamped_routes: self.unstamped_routes.clone(),
             input,
             errors: self.errors.clone(),
             warnings: self.warnings.clone(),

@@ -64,6 +64,21 @@ fn keep_foreign(new: &mut Vec<Condition>, previous: &[Condition]) {
 /// conditions of types Gatehouse does not set are carried over from `previous`. Publishers
 /// call this; translate itself never reads the clock.
 pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
+    stamp_status_since(status, previous, &[], now)
+}
+
+/// [`stamp_status`], told what each route status of `previous` was stamped from:
+/// `unstamped[i]` is the unstamped status (as translate gave it) of the i-th entry of
+/// `previous.routes`, in key order. A route whose status is that same `Arc` again (its
+/// translation was reused) stamps to the previous entry itself, without comparing its
+/// conditions: thousands of routes on every pass, each compared string by string otherwise.
+/// Entries beyond `unstamped` (or an empty slice) are compared as [`stamp_status`] does.
+pub fn stamp_status_since(
+    status: &mut Status,
+    previous: &Status,
+    unstamped: &[std::sync::Arc<RouteStatus>],
+    now: Timestamp,
+) {
     fn each(new: Option<&mut Vec<Condition>>, old: Option<&Vec<Condition>>, now: Timestamp) {
         if let Some(new) = new {
             stamp(new, old.map(Vec::as_slice).unwrap_or_default(), now);
@@ -107,15 +122,21 @@ pub fn stamp_status(status: &mut Status, previous: &Status, now: Timestamp) {
     with_listeners!(&mut status.listener_sets, previous.listener_sets);
     // Both maps are walked in key order together, so each route's previous status is found
     // without a lookup: there is one per route, thousands, on every pass.
-    let mut before = previous.routes.iter().peekable();
+    let mut before = previous.routes.iter().enumerate().peekable();
     for (key, s) in &mut status.routes {
-        while before.next_if(|(k, _)| *k < key).is_some() {}
-        let old = before.next_if(|(k, _)| *k == key).map(|(_, o)| o);
+        while before.next_if(|(_, (k, _))| *k < key).is_some() {}
+        let found = before.next_if(|(_, (k, _))| *k == key);
+        let old = found.map(|(_, (_, o))| o);
+        // What the previous entry was stamped from, if it is this very status: stamping it
+        // again gives the previous entry (the same conditions, so the same times).
+        let restamp = found
+            .and_then(|(i, _)| unstamped.get(i))
+            .is_some_and(|u| std::sync::Arc::ptr_eq(u, s));
         // A route whose status stamps to what it was keeps that `Arc`: nothing is copied for
         // the thousands of routes a change does not touch, and the status writer sees by
         // pointer that they are unchanged.
         if let Some(old) = old
-            && stamps_to(s, old)
+            && (restamp || stamps_to(s, old))
         {
             *s = std::sync::Arc::clone(old);
             continue;
@@ -330,6 +351,60 @@ mod tests {
         assert_eq!(c.message, "Service b not found");
         assert_eq!(c.last_transition_time, Time(t0));
         assert!(!Arc::ptr_eq(&now.routes[&key], &previous.routes[&key]));
+    }
+
+    /// Told what the previous statuses were stamped from, stamping gives what
+    /// [`stamp_status`] gives: the previous entry for a route handed the same `Arc` again,
+    /// and nothing borrowed from a route whose `Arc` now sits under another key.
+    #[test]
+    fn stamping_knows_a_reused_status_by_pointer_and_by_key() {
+        use crate::routes::RouteKey;
+        use std::sync::Arc;
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let key = |name: &str| RouteKey {
+            kind: "HTTPRoute".into(),
+            key: crate::ObjectKey::new("ns", name),
+        };
+        let unstamped = |accepted: bool| {
+            Arc::new(route_status(condition(
+                names::ACCEPTED,
+                accepted,
+                names::ACCEPTED,
+                "",
+                Some(1),
+            )))
+        };
+        let (a, b, c) = (unstamped(true), unstamped(false), unstamped(true));
+        let mut first = Status::default();
+        for (name, s) in [("a", &a), ("b", &b), ("c", &c)] {
+            first.routes.insert(key(name), Arc::clone(s));
+        }
+        let first_unstamped: Vec<_> = first.routes.values().cloned().collect();
+        stamp_status_since(&mut first, &Status::default(), &[], t0);
+
+        // a and b swap their statuses (each flips), c is handed its own again, d is new.
+        let mut second = Status::default();
+        for (name, s) in [("a", &b), ("b", &a), ("c", &c), ("d", &unstamped(true))] {
+            second.routes.insert(key(name), Arc::clone(s));
+        }
+        let mut expected = second.clone();
+        stamp_status(&mut expected, &first, t1);
+        stamp_status_since(&mut second, &first, &first_unstamped, t1);
+        assert_eq!(second, expected);
+        let time = |name: &str| {
+            second.routes[&key(name)].parents[0].conditions[0]
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(time("a"), Time(t1), "flipped: a new time");
+        assert_eq!(time("b"), Time(t1), "flipped: a new time");
+        assert_eq!(time("c"), Time(t0));
+        assert_eq!(time("d"), Time(t1));
+        assert!(Arc::ptr_eq(
+            &second.routes[&key("c")],
+            &first.routes[&key("c")]
+        ));
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod reuse;
 pub mod routes;
 pub mod serving;
 
-pub use conditions::stamp_status;
+pub use conditions::{stamp_status, stamp_status_since};
 pub use infrastructure::Infrastructure;
 pub use kinds::{Input, Kind};
 pub use listener_tls::{FrontendValidation, frontend_validations};
