@@ -77,6 +77,13 @@ pub(crate) struct Compiler<'a> {
 }
 
 type Certificates = HashMap<String, Arc<LoadedCert>>;
+
+/// Whether two rules' references name the same route (kind, namespace, name): by pointer
+/// first, as translate shares one set of names between a route's rules.
+fn same_route(a: &ir::RouteRef, b: &ir::RouteRef) -> bool {
+    let same = |x: &Arc<str>, y: &Arc<str>| Arc::ptr_eq(x, y) || x == y;
+    same(&a.name, &b.name) && same(&a.namespace, &b.namespace) && same(&a.kind, &b.kind)
+}
 type Clusters<'c> = HashMap<&'c str, Arc<ClusterState>>;
 
 impl Compiler<'_> {
@@ -370,16 +377,22 @@ impl Compiler<'_> {
         clusters: &Clusters,
         certs: &Certificates,
     ) -> CompiledListener {
-        let mut route_keys: HashMap<String, Arc<str>> = HashMap::new();
+        // A route's rules sit next to each other in the listener's list (translate assembles
+        // it route by route), so the label is built once per route and shared by its rules,
+        // with no map of labels: a listener has thousands.
+        let mut last: Option<(&ir::RouteRef, Arc<str>)> = None;
         let rules = listener
             .rules
             .iter()
             .map(|rule| {
-                let key = rule.route.key();
-                let route = route_keys
-                    .entry(key)
-                    .or_insert_with_key(|k| k.as_str().into())
-                    .clone();
+                let route = match &last {
+                    Some((r, key)) if same_route(r, &rule.route) => key.clone(),
+                    _ => {
+                        let key: Arc<str> = rule.route.key().into();
+                        last = Some((&rule.route, key.clone()));
+                        key
+                    }
+                };
                 self.rule(gateway.clone(), route, rule, clusters)
             })
             .collect::<Vec<_>>();
