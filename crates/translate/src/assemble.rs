@@ -100,7 +100,7 @@ fn listener<'a>(
                         filter_cluster(f, client_cert, out, &gw.key);
                     }
                     rules.push(resolved);
-                    for hostname in &a.hostnames {
+                    for hostname in a.hostnames.iter() {
                         let origin = hostname::origin_specificity(hostname, &a.route_hostnames);
                         for (match_index, m) in template.matches.iter().enumerate() {
                             candidates.push(precedence::Candidate {
@@ -128,7 +128,7 @@ fn listener<'a>(
                     tls_routes.push((
                         ir::TlsRoute {
                             route: route.clone(),
-                            hostnames: a.hostnames.clone(),
+                            hostnames: a.hostnames.to_vec(),
                             backends,
                         },
                         origins,

@@ -67,31 +67,43 @@ fn match_key<'a>(c: &Candidate<'a>) -> MatchKey<'a> {
 /// Linear in the candidates (after the sort) and in the hosts times their labels: a host's
 /// covering hosts are looked up by name (itself, the wildcards of its suffixes, `*`) instead of
 /// testing every other host, which made a listener with thousands of hostnames quadratic.
-pub fn virtual_hosts(mut candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
-    candidates.sort_by_cached_key(match_key);
-    // Each hostname's candidates, in precedence order (the sort above is stable per host).
+pub fn virtual_hosts(candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
+    // Each hostname's candidates, in precedence order: grouped first, then each group sorted
+    // (stably) on its own. Candidates of different hosts are never compared, and a listener
+    // whose thousands of routes each have a name of their own sorts nothing.
     let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, c) in candidates.iter().enumerate() {
         by_host.entry(c.hostname).or_default().push(i);
     }
+    for group in by_host.values_mut().filter(|g| g.len() > 1) {
+        group.sort_by_cached_key(|&i| match_key(&candidates[i]));
+    }
     let mut hosts: Vec<&str> = by_host.keys().copied().collect();
-    hosts.sort_by(|a, b| by_specificity(a, b));
+    // Names are distinct: an unstable sort gives the one order.
+    hosts.sort_unstable_by(|a, b| by_specificity(a, b));
     let wildcards = wildcards(&hosts);
+    // The hosts covering the one being built (with their candidates), in one buffer for all:
+    // a listener has thousands of hosts, most covered by themselves alone.
+    let mut general: Vec<(&str, &Vec<usize>)> = Vec::new();
     hosts
         .iter()
         .map(|host| {
-            let mut general: Vec<&str> = covering(host, &wildcards)
-                .filter(|g| by_host.contains_key(g))
-                .collect();
-            general.sort_by(|a, b| by_specificity(a, b));
-            let routes = general
-                .iter()
-                .flat_map(|g| &by_host[g])
-                .map(|&i| ir::RouteEntry {
-                    matcher: candidates[i].matcher.clone(),
-                    rule: candidates[i].rule,
-                })
-                .collect();
+            general.clear();
+            general.extend(
+                covering(host, &wildcards)
+                    .filter_map(|g| by_host.get_key_value(g).map(|(g, c)| (*g, c))),
+            );
+            general.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
+            let mut routes = Vec::with_capacity(general.iter().map(|(_, c)| c.len()).sum());
+            routes.extend(
+                general
+                    .iter()
+                    .flat_map(|(_, c)| c.iter())
+                    .map(|&i| ir::RouteEntry {
+                        matcher: candidates[i].matcher.clone(),
+                        rule: candidates[i].rule,
+                    }),
+            );
             ir::VirtualHost {
                 hostname: (*host).to_owned(),
                 routes,

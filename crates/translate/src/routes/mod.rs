@@ -377,7 +377,9 @@ impl RuleCtx<'_, '_> {
 pub struct Attachment {
     pub gateway: usize,
     pub listener: usize,
-    pub hostnames: Vec<String>,
+    /// Shared with the route's kept work ([`crate::reuse`]): a route whose work is reused
+    /// attaches without copying its names.
+    pub hostnames: Arc<[String]>,
     /// The route's own hostnames, lower case (empty: any), for precedence between routes that
     /// serve the same name ([`crate::hostname::origin_specificity`]).
     pub route_hostnames: Arc<[String]>,
@@ -402,6 +404,9 @@ impl Attachment {
 pub struct Attached {
     pub attachments: Vec<Attachment>,
     pub status: BTreeMap<RouteKey, Arc<RouteStatus>>,
+    /// Each route's status as it is attached; made `status` at once when all are (a map
+    /// built from sorted entries in one go, not thousands of inserts that each search it).
+    statuses: Vec<(RouteKey, Arc<RouteStatus>)>,
 }
 
 /// The shared inputs of attaching routes.
@@ -626,7 +631,11 @@ fn work<R: RouteKind>(
         placements.push(Placement {
             gateway: o.gateway,
             accepted: o.accepted.ok,
-            listeners: o.listeners,
+            listeners: o
+                .listeners
+                .into_iter()
+                .map(|(li, hosts)| (li, hosts.into()))
+                .collect(),
         });
     }
     Some(RouteWork {
@@ -664,15 +673,17 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
                 .find(|a| a.gateway == p.gateway && a.listener == *li)
             {
                 Some(existing) => {
-                    existing.hostnames.extend(hosts.iter().cloned());
-                    existing.hostnames.sort();
-                    existing.hostnames.dedup();
+                    let mut union = existing.hostnames.to_vec();
+                    union.extend(hosts.iter().cloned());
+                    union.sort();
+                    union.dedup();
+                    existing.hostnames = union.into();
                     existing.parents.push(parent);
                 }
                 None => attachments.push(Attachment {
                     gateway: p.gateway,
                     listener: *li,
-                    hostnames: hosts.clone(),
+                    hostnames: Arc::clone(hosts),
                     route_hostnames: Arc::clone(&work.route_hostnames),
                     parents: vec![parent],
                     route_age: Arc::clone(age),
@@ -681,7 +692,8 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
             }
         }
     }
-    out.status.insert(age.key.clone(), Arc::clone(&work.status));
+    out.statuses
+        .push((age.key.clone(), Arc::clone(&work.status)));
 }
 
 /// Where one parentRef placed a route: its Gateway, whether it is Accepted there, and the
@@ -689,7 +701,7 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
 struct Placement {
     gateway: usize,
     accepted: bool,
-    listeners: Vec<(usize, Vec<String>)>,
+    listeners: Box<[(usize, Arc<[String]>)]>,
 }
 
 /// Where one parentRef attached the route, and its Accepted condition.
@@ -860,6 +872,9 @@ pub fn attach_all(input: &crate::Input, ctx: &mut AttachCtx<'_, '_>) -> Attached
     };
     crate::kinds::for_each_route_kind(&mut visit);
     let mut out = visit.out;
+    // The map sorts the entries (stably: a key seen twice keeps its last entry, as
+    // inserting one by one would) and builds its nodes full, in one go.
+    out.status = std::mem::take(&mut out.statuses).into_iter().collect();
     kind_conflicts::resolve(&mut out, ctx.gateways);
     out
 }
