@@ -144,19 +144,28 @@ trait Object: std::fmt::Debug + Send + Sync {
     /// The same kind with the same content.
     fn equals(&self, other: &dyn Object) -> bool;
 
-    fn key(&self) -> Key {
+    /// Kind, namespace and name, borrowed from the object: every object of every file is
+    /// keyed on every snapshot, and owned keys were three strings built and dropped each.
+    fn key(&self) -> Key<'_> {
         let meta = self.meta();
         (
-            self.kind(),
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
+            self.kind_static(),
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
         )
     }
+
+    /// [`Object::kind`] without a copy.
+    fn kind_static(&self) -> std::borrow::Cow<'static, str>;
 }
 
 impl<K: Kind> Object for K {
     fn kind(&self) -> String {
         K::kind_name()
+    }
+
+    fn kind_static(&self) -> std::borrow::Cow<'static, str> {
+        K::kind(&())
     }
 
     fn meta(&self) -> &ObjectMeta {
@@ -176,13 +185,13 @@ impl<K: Kind> Object for K {
     }
 }
 
-type Key = (String, String, String);
+type Key<'o> = (std::borrow::Cow<'static, str>, &'o str, &'o str);
 
 /// Objects by key for the duplicate check of every snapshot: one entry per object of every
 /// file on every pass, so a fast hash (the keys are the operator's own manifests).
-type Seen<'p> = HashMap<Key, (&'p Path, usize), foldhash::fast::RandomState>;
+type Seen<'p> = HashMap<Key<'p>, (&'p Path, usize), foldhash::fast::RandomState>;
 
-fn display_key((kind, ns, name): &Key) -> String {
+fn display_key((kind, ns, name): &Key<'_>) -> String {
     if ns.is_empty() {
         format!("{kind} {name}")
     } else {
@@ -374,7 +383,7 @@ impl FileSource {
             // Each object's key (with the line it is defined at), built once: the duplicate
             // check and the snapshot both need it, and building it is three owned strings per
             // object on every pass.
-            let mut keys: Vec<(Key, usize)> = Vec::new();
+            let mut keys: Vec<(Key<'_>, usize)> = Vec::new();
             if errors.is_empty() {
                 // Duplicates: the first definition (in path order, then file order) wins and
                 // the later one is the error.
@@ -431,8 +440,8 @@ impl FileSource {
 /// `keys` are the objects' keys, in order, when the caller built them already.
 fn contribute<'p>(
     path: &'p Path,
-    objects: &[Located],
-    keys: Option<Vec<(Key, usize)>>,
+    objects: &'p [Located],
+    keys: Option<Vec<(Key<'p>, usize)>>,
     seen: &mut Seen<'p>,
     locations: bool,
     out: &mut Loaded,
@@ -477,7 +486,7 @@ fn keep_unchanged(before: &[Located], now: &mut Arc<Vec<Located>>) {
     let Some(now) = Arc::get_mut(now) else {
         return;
     };
-    let mut by_key: Option<HashMap<Key, usize>> = None;
+    let mut by_key: Option<HashMap<Key<'_>, usize>> = None;
     for (i, n) in now.iter_mut().enumerate() {
         let same = match before.get(i) {
             Some(b) if b.object.equals(&*n.object) => Some(b),
