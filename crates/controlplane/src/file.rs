@@ -452,18 +452,25 @@ fn contribute<'p>(
             Some((key, _)) => key,
             None => o.object.key(),
         };
-        if let Some((file, line)) = seen.get(&key) {
-            tracing::warn!(
-                "{}:{}: not serving the last good {}: now defined at {}:{}",
-                path.display(),
-                o.line,
-                display_key(&key),
-                file.display(),
-                line
-            );
-            continue;
+        // One lookup that finds or claims the key: every object of every file passes here on
+        // every snapshot.
+        match seen.entry(key) {
+            std::collections::hash_map::Entry::Occupied(first) => {
+                let (file, line) = first.get();
+                tracing::warn!(
+                    "{}:{}: not serving the last good {}: now defined at {}:{}",
+                    path.display(),
+                    o.line,
+                    display_key(first.key()),
+                    file.display(),
+                    line
+                );
+                continue;
+            }
+            std::collections::hash_map::Entry::Vacant(free) => {
+                free.insert((path, o.line));
+            }
         }
-        seen.insert(key, (path, o.line));
         if locations {
             out.locations.insert(
                 (
