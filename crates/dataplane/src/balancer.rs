@@ -14,8 +14,11 @@ pub(crate) struct Weighted<T> {
 
 impl<T> Weighted<T> {
     pub(crate) fn new(weighted: impl IntoIterator<Item = (u32, T)>) -> Self {
-        let mut items = Vec::new();
-        let mut cumulative = Vec::new();
+        // Sized from the iterator: boxing a vector with exactly its length in it reallocates
+        // nothing, and every rule of a configuration builds one of these.
+        let weighted = weighted.into_iter();
+        let mut items = Vec::with_capacity(weighted.size_hint().0);
+        let mut cumulative = Vec::with_capacity(weighted.size_hint().0);
         let mut total = 0u64;
         for (weight, item) in weighted {
             if weight == 0 {

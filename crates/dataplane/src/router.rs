@@ -42,22 +42,35 @@ impl<T> Default for HostTable<T> {
 }
 
 impl<T> HostTable<T> {
+    /// Room for `exact` names without growing (a listener's virtual hosts are counted before
+    /// they are compiled).
+    pub(crate) fn with_capacity(exact: usize) -> Self {
+        HostTable {
+            exact: HostMap::with_capacity_and_hasher(exact, Default::default()),
+            ..HostTable::default()
+        }
+    }
+
     /// `None` and `*` are the catch-all. The first value inserted for a name wins, matching the
     /// IR's deterministic (oldest first) order. Returns false when the name was already taken.
     pub(crate) fn insert(&mut self, hostname: Option<&str>, value: T) -> bool {
         let name = hostname.map(|h| h.trim_end_matches('.').to_ascii_lowercase());
-        let slot = match name.as_deref() {
-            None | Some("*") => {
-                if self.any.is_some() {
-                    return false;
-                }
-                self.any = Some(value);
-                return true;
-            }
-            Some(h) => match h.strip_prefix('*') {
+        let slot = match name {
+            None => None,
+            Some(h) if h == "*" => None,
+            Some(h) => Some(match h.strip_prefix('*') {
                 Some(suffix) if suffix.starts_with('.') => self.wildcard.entry(suffix.into()),
-                _ => self.exact.entry(h.into()),
-            },
+                // The lower-cased copy becomes the key itself (its capacity is its length):
+                // one allocation per name, and a listener has thousands.
+                _ => self.exact.entry(h.into_boxed_str()),
+            }),
+        };
+        let Some(slot) = slot else {
+            if self.any.is_some() {
+                return false;
+            }
+            self.any = Some(value);
+            return true;
         };
         match slot {
             std::collections::hash_map::Entry::Occupied(_) => false,
