@@ -136,6 +136,11 @@ pub trait Kind:
     const WATCH: Watch;
     const NAMESPACED: bool;
     const STATUS: StatusShape;
+    /// Whether a route's work can read objects of this kind: while any of them changes, no
+    /// route's work is taken from the last pass ([`crate::Reuse`]). Not the routes themselves
+    /// (each route's work is kept for that route's own object) nor EndpointSlices (they only
+    /// fill a cluster, which every pass registers afresh from the current slices).
+    const READ_BY_ROUTE_WORK: bool = true;
 
     fn of(input: &Input) -> &Vec<Arc<Self>>;
     fn of_mut(input: &mut Input) -> &mut Vec<Arc<Self>>;
@@ -240,6 +245,7 @@ macro_rules! registry {
     (@role route) => {
         registry!(@written);
         const STATUS: StatusShape = StatusShape::Shared("parents");
+        const READ_BY_ROUTE_WORK: bool = false;
         fn findings(&self) -> Vec<Finding> {
             <Self as crate::RouteKind>::findings(self)
         }
@@ -362,6 +368,11 @@ macro_rules! registry {
             self.spec == other.spec && same_meta(self.meta(), other.meta())
         }
     };
+    // Read only to fill clusters: see `Kind::READ_BY_ROUTE_WORK`.
+    (@role endpoints) => {
+        registry!(@role object);
+        const READ_BY_ROUTE_WORK: bool = false;
+    };
     (@role object) => {
         const STATUS: StatusShape = StatusShape::None;
         // Gatehouse writes nothing to these, so a new resourceVersion is a change of
@@ -442,7 +453,7 @@ registry! {
     reference_grants: ReferenceGrant, ["v1", "v1beta1"], OPTIONAL, namespaced, object;
     backend_tls_policies: BackendTlsPolicy, ["v1", "v1alpha3"], OPTIONAL, namespaced, policy;
     services: Service, ["v1"], REQUIRED, namespaced, object;
-    endpoint_slices: EndpointSlice, ["v1"], REQUIRED, namespaced, object;
+    endpoint_slices: EndpointSlice, ["v1"], REQUIRED, namespaced, endpoints;
     namespaces: Namespace, ["v1"], REQUIRED, cluster, object;
     /// Only the Secrets that Gateways reference need to be here (certificates).
     secrets: Secret, ["v1"], Watch::Referenced(crate::refs::referenced_secrets), namespaced, object;

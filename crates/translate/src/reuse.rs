@@ -16,13 +16,9 @@
 //! changes.
 
 use crate::Options;
-use crate::kinds::{
-    Input, Kind, KindVisitor, RouteKindVisitor, for_each_kind, for_each_route_kind,
-};
+use crate::kinds::{Input, Kind, KindVisitor, for_each_kind};
 use crate::routes::{Memo, RouteKind};
 use foldhash::HashMap;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// What [`crate::translate_reusing`] keeps from one pass to the next. Starts empty; a pass
@@ -108,41 +104,26 @@ impl RouteMemo {
     }
 }
 
-/// Whether every kind a route's work reads reads the same to translate in `a` and `b`: all but
-/// the routes themselves and EndpointSlices. Endpoints only fill a cluster, which a pass
-/// registers afresh from the current slices the first time a route resolves to it (a reused
-/// route's calls are made again for that: [`crate::routes`]); no route's work reads them. So
-/// pods coming and going, the most frequent change in a cluster, leave every route's work as
-/// it was.
+/// Whether every kind a route's work reads ([`Kind::READ_BY_ROUTE_WORK`]) reads the same to
+/// translate in `a` and `b`. The kinds that do not: the routes themselves, and EndpointSlices,
+/// which only fill a cluster that a pass registers afresh from the current slices the first
+/// time a route resolves to it (a reused route's calls are made again for that:
+/// [`crate::routes`]). So pods coming and going, the most frequent change in a cluster, leave
+/// every route's work as it was.
 fn same_around_routes(a: &Input, b: &Input) -> bool {
-    struct Routes(HashSet<String>);
-    impl RouteKindVisitor for Routes {
-        fn visit<R: RouteKind>(&mut self) {
-            self.0.insert(R::kind_name());
-        }
-    }
-    let mut routes = Routes(HashSet::new());
-    for_each_route_kind(&mut routes);
-    routes.0.insert(EndpointSlice::kind_name());
     struct Visit<'i> {
         a: &'i Input,
         b: &'i Input,
-        routes: HashSet<String>,
         same: bool,
     }
     impl KindVisitor for Visit<'_> {
         fn visit<K: Kind>(&mut self) {
-            if self.same && !self.routes.contains(&K::kind_name()) {
+            if self.same && K::READ_BY_ROUTE_WORK {
                 self.same = crate::kinds::same_objects(K::of(self.a), K::of(self.b));
             }
         }
     }
-    let mut visit = Visit {
-        a,
-        b,
-        routes: routes.0,
-        same: true,
-    };
+    let mut visit = Visit { a, b, same: true };
     for_each_kind(&mut visit);
     visit.same
 }
