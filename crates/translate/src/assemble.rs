@@ -37,9 +37,11 @@ pub fn gateways(
             if !l.programmable() {
                 continue;
             }
-            let on_listener = attachments
-                .iter()
-                .filter(|a| a.gateway == gi && a.listener == li);
+            let on_listener = || {
+                attachments
+                    .iter()
+                    .filter(move |a| a.gateway == gi && a.listener == li)
+            };
             listeners.push(listener(
                 gw,
                 l,
@@ -58,11 +60,11 @@ pub fn gateways(
     out
 }
 
-fn listener<'a>(
+fn listener<'a, I: Iterator<Item = &'a Attachment>>(
     gw: &GatewayCtx,
     l: &crate::gateways::ListenerCtx,
     address: std::net::IpAddr,
-    attachments: impl Iterator<Item = &'a Attachment>,
+    attachments: impl Fn() -> I,
     client_cert: Option<&str>,
     out: &mut Assembled,
 ) -> ir::Listener {
@@ -72,11 +74,23 @@ fn listener<'a>(
     } else {
         "https"
     };
-    let mut rules = Vec::new();
-    let mut candidates = Vec::new();
+    // Counted first, so that the rules and candidates (thousands on a busy listener, a rule
+    // some hundreds of bytes) are written once into room of their size: grown by push, each
+    // doubling copied them all again, and the rules' final trim once more.
+    let (mut rule_count, mut candidate_count) = (0, 0);
+    for a in attachments() {
+        for (_, rule) in a.rules.iter() {
+            if let RouteRule::Http(template) = rule {
+                rule_count += 1;
+                candidate_count += a.hostnames.len() * template.matches.len();
+            }
+        }
+    }
+    let mut rules = Vec::with_capacity(rule_count);
+    let mut candidates = Vec::with_capacity(candidate_count);
     let mut tls_routes = Vec::new();
     let mut l4_route = None;
-    for a in attachments {
+    for a in attachments() {
         for (rule_index, rule) in a.rules.iter() {
             match rule {
                 RouteRule::Http(template) => {
@@ -152,8 +166,6 @@ fn listener<'a>(
             }
         }
     }
-    // The rules live as long as the configuration: no spare room from growing by push.
-    rules.shrink_to_fit();
     let mut filters = l.filters.clone();
     for f in &mut filters {
         filter_cluster(f, client_cert, out, &gw.key);
