@@ -55,22 +55,18 @@ impl<T> HostTable<T> {
     /// IR's deterministic (oldest first) order. Returns false when the name was already taken.
     pub(crate) fn insert(&mut self, hostname: Option<&str>, value: T) -> bool {
         let name = hostname.map(|h| h.trim_end_matches('.').to_ascii_lowercase());
-        let slot = match name {
-            None => None,
-            Some(h) if h == "*" => None,
-            Some(h) => Some(match h.strip_prefix('*') {
-                Some(suffix) if suffix.starts_with('.') => self.wildcard.entry(suffix.into()),
-                // The lower-cased copy becomes the key itself (its capacity is its length):
-                // one allocation per name, and a listener has thousands.
-                _ => self.exact.entry(h.into_boxed_str()),
-            }),
-        };
-        let Some(slot) = slot else {
+        let Some(name) = name.filter(|h| h != "*") else {
             if self.any.is_some() {
                 return false;
             }
             self.any = Some(value);
             return true;
+        };
+        let slot = match name.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') => self.wildcard.entry(suffix.into()),
+            // The lower-cased copy becomes the key itself (its capacity is its length): one
+            // allocation per name, and a listener has thousands.
+            _ => self.exact.entry(name.into_boxed_str()),
         };
         match slot {
             std::collections::hash_map::Entry::Occupied(_) => false,

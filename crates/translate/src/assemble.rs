@@ -37,16 +37,15 @@ pub fn gateways(
             if !l.programmable() {
                 continue;
             }
-            let on_listener = || {
-                attachments
-                    .iter()
-                    .filter(move |a| a.gateway == gi && a.listener == li)
-            };
+            let on_listener: Vec<&Attachment> = attachments
+                .iter()
+                .filter(|a| a.gateway == gi && a.listener == li)
+                .collect();
             listeners.push(listener(
                 gw,
                 l,
                 address,
-                on_listener,
+                &on_listener,
                 client_cert.as_deref(),
                 &mut out,
             ));
@@ -60,11 +59,11 @@ pub fn gateways(
     out
 }
 
-fn listener<'a, I: Iterator<Item = &'a Attachment>>(
+fn listener(
     gw: &GatewayCtx,
     l: &crate::gateways::ListenerCtx,
     address: std::net::IpAddr,
-    attachments: impl Fn() -> I,
+    attachments: &[&Attachment],
     client_cert: Option<&str>,
     out: &mut Assembled,
 ) -> ir::Listener {
@@ -78,7 +77,7 @@ fn listener<'a, I: Iterator<Item = &'a Attachment>>(
     // some hundreds of bytes) are written once into room of their size: grown by push, each
     // doubling copied them all again, and the rules' final trim once more.
     let (mut rule_count, mut candidate_count) = (0, 0);
-    for a in attachments() {
+    for a in attachments {
         for (_, rule) in a.rules.iter() {
             if let RouteRule::Http(template) = rule {
                 rule_count += 1;
@@ -90,7 +89,7 @@ fn listener<'a, I: Iterator<Item = &'a Attachment>>(
     let mut candidates = Vec::with_capacity(candidate_count);
     let mut tls_routes = Vec::new();
     let mut l4_route = None;
-    for a in attachments() {
+    for a in attachments {
         for (rule_index, rule) in a.rules.iter() {
             match rule {
                 RouteRule::Http(template) => {
