@@ -265,17 +265,21 @@ mod tests {
         }
     }
 
+    /// The key of HTTPRoute `ns/name`.
+    fn route_key(name: &str) -> crate::routes::RouteKey {
+        crate::routes::RouteKey {
+            kind: "HTTPRoute".into(),
+            key: crate::ObjectKey::new("ns", name),
+        }
+    }
+
     /// Routes are matched to their previous status by key while both maps are walked in
     /// order: routes only in the old status, or only in the new one, must not shift the match.
     #[test]
     fn each_route_keeps_the_times_of_its_own_previous_status() {
-        use crate::routes::RouteKey;
         let t0 = Timestamp::from_second(1_000).unwrap();
         let t1 = Timestamp::from_second(2_000).unwrap();
-        let key = |name: &str| RouteKey {
-            kind: "HTTPRoute".into(),
-            key: crate::ObjectKey::new("ns", name),
-        };
+        let key = route_key;
         let status = |accepted: bool, at: Option<Timestamp>| {
             let mut c = condition(names::ACCEPTED, accepted, names::ACCEPTED, "", Some(1));
             if let Some(at) = at {
@@ -358,14 +362,10 @@ mod tests {
     /// and nothing borrowed from a route whose `Arc` now sits under another key.
     #[test]
     fn stamping_knows_a_reused_status_by_pointer_and_by_key() {
-        use crate::routes::RouteKey;
         use std::sync::Arc;
         let t0 = Timestamp::from_second(1_000).unwrap();
         let t1 = Timestamp::from_second(2_000).unwrap();
-        let key = |name: &str| RouteKey {
-            kind: "HTTPRoute".into(),
-            key: crate::ObjectKey::new("ns", name),
-        };
+        let key = route_key;
         let unstamped = |accepted: bool| {
             Arc::new(route_status(condition(
                 names::ACCEPTED,
