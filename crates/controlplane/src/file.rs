@@ -19,6 +19,8 @@ use serde_yaml::Value;
 use crate::Changes;
 use crate::locate::{self, Document, Seg, key};
 
+mod served;
+
 /// A problem in one file, at one line when it is known.
 ///
 /// Displays as `path:line: message` (or `path: message` without a line), the format editors
@@ -86,6 +88,11 @@ pub struct FileSource {
     /// snapshot for every change, does not (it cost an owned key, a path and a map insert per
     /// object per change).
     locations: bool,
+    /// The last snapshot, while every file loads cleanly: a change of some files updates it
+    /// instead of assembling every file's objects again (see `served`).
+    served: Option<served::Served>,
+    /// How many snapshots the kept one gave (tests check that it does).
+    updated: u64,
 }
 
 #[derive(Debug)]
@@ -140,6 +147,11 @@ trait Object: std::fmt::Debug + Send + Sync {
     fn meta(&self) -> &ObjectMeta;
     /// Adds the object to a snapshot, shared with the cache (no copy of it).
     fn push_into(self: Arc<Self>, input: &mut Input);
+    /// Takes this very object (found by pointer) out of a snapshot; false if it is not there.
+    fn remove_from(&self, input: &mut Input) -> bool;
+    /// Puts the object in the place of `old` (found by pointer) in a snapshot. `None` when
+    /// `old` is of another kind, `Some(false)` when it is not there.
+    fn replace_in(self: Arc<Self>, old: &dyn Object, input: &mut Input) -> Option<bool>;
     fn as_any(&self) -> &dyn std::any::Any;
     /// The same kind with the same content.
     fn equals(&self, other: &dyn Object) -> bool;
@@ -176,6 +188,26 @@ impl<K: Kind> Object for K {
         input.push_shared(self);
     }
 
+    fn remove_from(&self, input: &mut Input) -> bool {
+        let list = K::of_mut(input);
+        match list.iter().position(|o| std::ptr::eq(Arc::as_ptr(o), self)) {
+            Some(i) => {
+                // Not swapped out: the others keep their order (see `served`).
+                list.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn replace_in(self: Arc<Self>, old: &dyn Object, input: &mut Input) -> Option<bool> {
+        let old = old.as_any().downcast_ref::<K>()?;
+        let slot = K::of_mut(input)
+            .iter_mut()
+            .find(|o| std::ptr::eq(Arc::as_ptr(o), old));
+        Some(slot.map(|slot| *slot = self).is_some())
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -208,6 +240,8 @@ impl FileSource {
             walked: false,
             walk_errors: Vec::new(),
             locations: true,
+            served: None,
+            updated: 0,
         }
     }
 
@@ -242,7 +276,21 @@ impl FileSource {
     /// describe (a directory, a path outside the walk) falls back to a full walk.
     pub fn load_changed(&mut self, changes: &Changes) -> Loaded {
         let refreshed = match changes {
-            Changes::Files(paths) if self.walked => self.refresh(paths),
+            Changes::Files(paths) if self.walked => {
+                // Taken: whatever happens next, it is only kept again once it holds.
+                let served = self.served.take();
+                let before: Vec<Arc<Vec<Located>>> =
+                    paths.iter().map(|p| self.served_objects(p)).collect();
+                if !self.refresh(paths) {
+                    false
+                } else if let Some(loaded) =
+                    served.and_then(|served| self.update_served(served, paths, &before))
+                {
+                    return loaded;
+                } else {
+                    true
+                }
+            }
             _ => false,
         };
         if !refreshed {
@@ -259,6 +307,7 @@ impl FileSource {
                 }
                 Err(err) => {
                     self.walked = false;
+                    self.served = None;
                     let mut out = Loaded::default();
                     out.errors.push(err);
                     let mut seen = Seen::default();
@@ -273,6 +322,62 @@ impl FileSource {
             }
         }
         self.assemble()
+    }
+
+    /// The objects a file served in the last snapshot, when that snapshot was clean (its
+    /// parse then is its last good content); none if the file was not there.
+    fn served_objects(&self, path: &Path) -> Arc<Vec<Located>> {
+        self.files
+            .get(path)
+            .map(|f| f.parsed.objects.clone())
+            .unwrap_or_default()
+    }
+
+    /// The kept snapshot updated by the files in `paths` (read again already), which served
+    /// `before` in it. `None` when a changed file has an error or the update cannot tell
+    /// (see `served`): the full way decides.
+    fn update_served(
+        &mut self,
+        mut served: served::Served,
+        paths: &BTreeSet<PathBuf>,
+        before: &[Arc<Vec<Located>>],
+    ) -> Option<Loaded> {
+        let mut after = Vec::with_capacity(paths.len());
+        for path in paths {
+            match self.files.get(path) {
+                None => after.push(Arc::default()),
+                Some(f) if f.read_error.is_none() && f.parsed.errors.is_empty() => {
+                    after.push(f.parsed.objects.clone())
+                }
+                Some(_) => return None,
+            }
+        }
+        let changes: Vec<served::Change<'_>> = paths
+            .iter()
+            .zip(before.iter().zip(&after))
+            .map(|(path, (before, after))| served::Change {
+                path,
+                before,
+                after,
+            })
+            .collect();
+        // Every file's, in path order, as a full snapshot gathers them: a walk through the
+        // files, but no copy unless a file has some.
+        let warnings = self
+            .files
+            .values()
+            .filter(|f| f.read_error.is_none())
+            .flat_map(|f| f.parsed.warnings.iter().cloned())
+            .collect();
+        let loaded = served.update(&changes, self.locations, warnings)?;
+        for (path, objects) in paths.iter().zip(after) {
+            if let Some(f) = self.files.get_mut(path) {
+                f.last_good = Some(objects);
+            }
+        }
+        self.served = Some(served);
+        self.updated += 1;
+        Some(loaded)
     }
 
     /// Re-reads the named files of a walked directory. False if a path is not one a walk would
@@ -430,6 +535,8 @@ impl FileSource {
                 out.errors.extend(errors);
             }
         }
+        let clean = out.errors.is_empty() && out.stale_files.is_empty();
+        self.served = (clean && self.walked).then(|| served::Served::of(&out, &self.files));
         out
     }
 }
