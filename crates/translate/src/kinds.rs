@@ -136,11 +136,8 @@ pub trait Kind:
     const WATCH: Watch;
     const NAMESPACED: bool;
     const STATUS: StatusShape;
-    /// Whether a route's work can read objects of this kind: while any of them changes, no
-    /// route's work is taken from the last pass ([`crate::Reuse`]). Not the routes themselves
-    /// (each route's work is kept for that route's own object) nor EndpointSlices (they only
-    /// fill a cluster, which every pass registers afresh from the current slices).
-    const READ_BY_ROUTE_WORK: bool = true;
+    /// Which route work a change of an object of this kind undoes ([`crate::Reuse`]).
+    const READ_BY_ROUTE_WORK: ReadByRouteWork = ReadByRouteWork::All;
 
     fn of(input: &Input) -> &Vec<Arc<Self>>;
     fn of_mut(input: &mut Input) -> &mut Vec<Arc<Self>>;
@@ -190,6 +187,23 @@ pub trait Kind:
     fn kind_name() -> String {
         Self::kind(&()).into_owned()
     }
+}
+
+/// Which route work a change of an object of a kind undoes: what [`crate::Reuse`] may keep
+/// when the objects of the kind changed since the last pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadByRouteWork {
+    /// Any route's work may read any of them (Gateways, ReferenceGrants, policies,
+    /// Namespaces): a change undoes every route's work.
+    All,
+    /// A route's work reads one only through a backendRef that names it, by namespace and
+    /// name (Services: nothing else in a route's work reads them). A change undoes the work of
+    /// the routes whose backendRefs name a changed object, and keeps every other route's.
+    Named,
+    /// A route's work never reads them: the routes themselves (each route's work is kept for
+    /// that route's own object) and EndpointSlices (they only fill a cluster, which every
+    /// pass registers afresh from the current slices).
+    None,
 }
 
 /// Something to do once per registered kind ([`for_each_kind`]).
@@ -245,7 +259,7 @@ macro_rules! registry {
     (@role route) => {
         registry!(@written);
         const STATUS: StatusShape = StatusShape::Shared("parents");
-        const READ_BY_ROUTE_WORK: bool = false;
+        const READ_BY_ROUTE_WORK: ReadByRouteWork = ReadByRouteWork::None;
         fn findings(&self) -> Vec<Finding> {
             <Self as crate::RouteKind>::findings(self)
         }
@@ -368,10 +382,15 @@ macro_rules! registry {
             self.spec == other.spec && same_meta(self.meta(), other.meta())
         }
     };
-    // Read only to fill clusters: see `Kind::READ_BY_ROUTE_WORK`.
+    // Read only to fill clusters: see `ReadByRouteWork::None`.
     (@role endpoints) => {
         registry!(@role object);
-        const READ_BY_ROUTE_WORK: bool = false;
+        const READ_BY_ROUTE_WORK: ReadByRouteWork = ReadByRouteWork::None;
+    };
+    // Read by a route's work only where a backendRef names it: see `ReadByRouteWork::Named`.
+    (@role backend) => {
+        registry!(@role object);
+        const READ_BY_ROUTE_WORK: ReadByRouteWork = ReadByRouteWork::Named;
     };
     (@role object) => {
         const STATUS: StatusShape = StatusShape::None;
@@ -452,7 +471,7 @@ registry! {
     udp_routes: UdpRoute, ["v1", "v1alpha2"], OPTIONAL, namespaced, route;
     reference_grants: ReferenceGrant, ["v1", "v1beta1"], OPTIONAL, namespaced, object;
     backend_tls_policies: BackendTlsPolicy, ["v1", "v1alpha3"], OPTIONAL, namespaced, policy;
-    services: Service, ["v1"], REQUIRED, namespaced, object;
+    services: Service, ["v1"], REQUIRED, namespaced, backend;
     endpoint_slices: EndpointSlice, ["v1"], REQUIRED, namespaced, endpoints;
     namespaces: Namespace, ["v1"], REQUIRED, cluster, object;
     /// Only the Secrets that Gateways reference need to be here (certificates).
@@ -533,7 +552,7 @@ pub(crate) fn same_objects<K: Kind>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
 }
 
 /// The objects by namespace and name; `None` when a key is there twice.
-fn by_key<K: Kind>(list: &[Arc<K>]) -> Option<HashMap<(&str, &str), &K>> {
+pub(crate) fn by_key<K: Kind>(list: &[Arc<K>]) -> Option<HashMap<(&str, &str), &K>> {
     let map: HashMap<_, _> = list
         .iter()
         .map(|o| (crate::key_of(o.meta()), &**o))

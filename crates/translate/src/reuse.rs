@@ -6,8 +6,9 @@
 //! around the routes read the same as in the last pass ([`Input::same_to_translate`] for
 //! every kind that is not a route, and the same [`Options`]), a route that is the same object
 //! as in the last pass (the stores keep an unchanged object behind the same `Arc`) has the same
-//! work, and the pass takes it instead of doing it again. Anything else (a Gateway, a Service,
-//! a ReferenceGrant changed) and every route's work is done afresh.
+//! work, and the pass takes it instead of doing it again. A changed Service undoes only the work
+//! of the routes whose backendRefs name it ([`crate::kinds::ReadByRouteWork::Named`]); anything
+//! else (a Gateway, a ReferenceGrant, a policy changed) and every route's work is done afresh.
 //!
 //! What a pass builds from the work (attachments, attachedRoutes, the cluster registrations
 //! its backend resolutions make, status, precedence, the listeners' tables) is still built
@@ -16,9 +17,11 @@
 //! changes.
 
 use crate::Options;
-use crate::kinds::{Input, Kind, KindVisitor, for_each_kind};
+use crate::kinds::{
+    Input, Kind, KindVisitor, ReadByRouteWork, by_key, for_each_kind, same_objects,
+};
 use crate::routes::{Memo, RouteKind};
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// What [`crate::translate_reusing`] keeps from one pass to the next. Starts empty; a pass
@@ -43,12 +46,18 @@ impl Reuse {
     /// Called before a pass: drops the kept work unless everything around the routes reads
     /// as it did in the last pass.
     pub(crate) fn begin(&mut self, input: &Input, options: &Options) -> &mut RouteMemo {
-        let holds = self
-            .last
-            .as_ref()
-            .is_some_and(|(last, o)| o == options && same_around_routes(last, input));
-        if !holds {
-            self.routes.previous.clear();
+        let around = match &self.last {
+            Some((last, o)) if o == options => around_routes(last, input),
+            _ => Around::Changed,
+        };
+        match around {
+            Around::Same => {}
+            Around::Named(names) => {
+                self.routes
+                    .previous
+                    .retain(|_, memo| !memo.names_any(&names));
+            }
+            Around::Changed => self.routes.previous.clear(),
         }
         self.routes.reused = Reused::default();
         &mut self.routes
@@ -104,26 +113,78 @@ impl RouteMemo {
     }
 }
 
-/// Whether every kind a route's work reads ([`Kind::READ_BY_ROUTE_WORK`]) reads the same to
-/// translate in `a` and `b`. The kinds that do not: the routes themselves, and EndpointSlices,
-/// which only fill a cluster that a pass registers afresh from the current slices the first
-/// time a route resolves to it (a reused route's calls are made again for that:
-/// [`crate::routes`]). So pods coming and going, the most frequent change in a cluster, leave
-/// every route's work as it was.
-fn same_around_routes(a: &Input, b: &Input) -> bool {
+/// What changed around the routes since the last pass, as their work reads it.
+enum Around<'i> {
+    /// Nothing a route's work reads.
+    Same,
+    /// Only objects of kinds read by name ([`ReadByRouteWork::Named`]): these (namespace,
+    /// name). Work whose backendRefs name none of them still holds.
+    Named(HashSet<(&'i str, &'i str)>),
+    /// Something any route's work may read.
+    Changed,
+}
+
+/// Compares the kinds a route's work reads ([`Kind::READ_BY_ROUTE_WORK`]) in the last pass's
+/// input `a` and this one's `b`. Not the routes themselves, nor EndpointSlices, which only fill
+/// a cluster that a pass registers afresh from the current slices the first time a route
+/// resolves to it (a reused route's calls are made again for that: [`crate::routes`]). So pods
+/// coming and going, the most frequent change in a cluster, leave every route's work as it
+/// was; and a Service changed undoes only the work of the routes that name it.
+fn around_routes<'i>(a: &'i Input, b: &'i Input) -> Around<'i> {
     struct Visit<'i> {
         a: &'i Input,
         b: &'i Input,
-        same: bool,
+        around: Around<'i>,
     }
-    impl KindVisitor for Visit<'_> {
+    impl<'i> KindVisitor for Visit<'i> {
         fn visit<K: Kind>(&mut self) {
-            if self.same && K::READ_BY_ROUTE_WORK {
-                self.same = crate::kinds::same_objects(K::of(self.a), K::of(self.b));
+            if matches!(self.around, Around::Changed) {
+                return;
+            }
+            let (a, b) = (K::of(self.a), K::of(self.b));
+            match K::READ_BY_ROUTE_WORK {
+                ReadByRouteWork::None => {}
+                ReadByRouteWork::All => {
+                    if !same_objects(a, b) {
+                        self.around = Around::Changed;
+                    }
+                }
+                ReadByRouteWork::Named if same_objects(a, b) => {}
+                ReadByRouteWork::Named => match changed_names(a, b) {
+                    Some(changed) => match &mut self.around {
+                        Around::Named(names) => names.extend(changed),
+                        _ => self.around = Around::Named(changed.collect()),
+                    },
+                    None => self.around = Around::Changed,
+                },
             }
         }
     }
-    let mut visit = Visit { a, b, same: true };
+    let mut visit = Visit {
+        a,
+        b,
+        around: Around::Same,
+    };
     for_each_kind(&mut visit);
-    visit.same
+    visit.around
+}
+
+/// The (namespace, name) of every object that is in only one of `a` and `b`, or in both but
+/// reads otherwise. `None` when a list holds one name twice (a folder of files may; which one
+/// counts is translate's to decide, so every route is worked out again).
+fn changed_names<'i, K: Kind>(
+    a: &'i [Arc<K>],
+    b: &'i [Arc<K>],
+) -> Option<impl Iterator<Item = (&'i str, &'i str)>> {
+    let (before, now) = (by_key(a)?, by_key(b)?);
+    let changed: Vec<(&str, &str)> = before
+        .iter()
+        .filter(|(key, x)| {
+            !now.get(*key)
+                .is_some_and(|y| std::ptr::eq(**x, *y) || x.same_to_translate(y))
+        })
+        .map(|(key, _)| *key)
+        .chain(now.keys().filter(|key| !before.contains_key(*key)).copied())
+        .collect();
+    Some(changed.into_iter())
 }

@@ -85,3 +85,76 @@ fn an_endpoints_change_reuses_every_route_and_serves_the_new_endpoints() {
     let addresses: Vec<String> = cluster.endpoints.iter().map(|e| e.to_string()).collect();
     assert_eq!(addresses, ["10.9.9.9:9000"]);
 }
+
+/// A Service changed undoes the work of the routes that name it and of no other; a Service
+/// that a route names but that did not exist counts as named too. Anything else that every
+/// route's work may read (here a ReferenceGrant) undoes every route's.
+#[test]
+fn a_service_change_reworks_only_the_routes_that_name_it() {
+    let options = Options::default();
+    let mut input = base();
+    let mut reuse = Reuse::default();
+    // r0 to svc2, r1 to svc3 (not there yet); the others to svc.
+    changes::edit(&mut input.http_routes, 0, |r| {
+        r.spec.rules.as_mut().unwrap()[0]
+            .backend_refs
+            .as_mut()
+            .unwrap()[0]
+            .name = "svc2".into();
+    });
+    changes::edit(&mut input.http_routes, 1, |r| {
+        r.spec.rules.as_mut().unwrap()[0]
+            .backend_refs
+            .as_mut()
+            .unwrap()[0]
+            .name = "svc3".into();
+    });
+    translate_reusing(&input, &options, &mut reuse);
+
+    let svc2 = input
+        .services
+        .iter()
+        .position(|s| s.metadata.name.as_deref() == Some("svc2"))
+        .unwrap();
+    changes::edit(&mut input.services, svc2, |s| {
+        s.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+    });
+    let out = translate_reusing(&input, &options, &mut reuse);
+    assert_eq!(
+        (reuse.reused().routes, reuse.reused().worked),
+        (changes::ROUTES - 1, 1)
+    );
+    assert!(out == translate(&input, &options));
+
+    // svc3 appears: r1, whose backend was not found, now resolves.
+    let added = gatehouse_testkit::manifests::input(&gatehouse_testkit::manifests::service(
+        "svc3",
+        &["10.0.0.3:9000".parse().unwrap()],
+        None,
+    ));
+    input.services.extend(added.services);
+    let out = translate_reusing(&input, &options, &mut reuse);
+    assert_eq!(
+        (reuse.reused().routes, reuse.reused().worked),
+        (changes::ROUTES - 1, 1)
+    );
+    assert!(out == translate(&input, &options));
+    assert!(
+        out.config
+            .clusters
+            .iter()
+            .any(|c| c.name == "default/svc3:80"),
+        "r1 resolves to svc3 now"
+    );
+
+    let grant = gatehouse_testkit::manifests::input(
+        "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: default}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: other}]\n  to: [{group: '', kind: Service}]\n",
+    );
+    input.reference_grants.extend(grant.reference_grants);
+    let out = translate_reusing(&input, &options, &mut reuse);
+    assert_eq!(
+        (reuse.reused().routes, reuse.reused().worked),
+        (0, changes::ROUTES)
+    );
+    assert!(out == translate(&input, &options));
+}

@@ -445,6 +445,20 @@ pub(crate) struct Memo {
     pub work: Option<Box<RouteWork>>,
 }
 
+impl Memo {
+    /// Whether the route's backendRefs name any of `names` (namespace, name), resolved or not:
+    /// its work read those objects, or their absence.
+    pub(crate) fn names_any(&self, names: &foldhash::HashSet<(&str, &str)>) -> bool {
+        let Some(work) = &self.work else {
+            return false;
+        };
+        let namespace = self.age.key.key.namespace.as_str();
+        work.calls.iter().any(|c| {
+            names.contains(&(c.namespace.as_deref().unwrap_or(namespace), c.name.as_str()))
+        })
+    }
+}
+
 /// Attaches every route of kind `R`, oldest first. Only routes with at least one parentRef
 /// naming one of our Gateways get a status: the others are none of our business, and their
 /// backends must not show up in our configuration.
