@@ -266,11 +266,11 @@ mod tests {
     }
 
     /// The key of HTTPRoute `ns/name`.
-    fn route_key(name: &str) -> crate::routes::RouteKey {
-        crate::routes::RouteKey {
+    fn route_key(name: &str) -> std::sync::Arc<crate::routes::RouteKey> {
+        std::sync::Arc::new(crate::routes::RouteKey {
             kind: "HTTPRoute".into(),
             key: crate::ObjectKey::new("ns", name),
-        }
+        })
     }
 
     /// Routes are matched to their previous status by key while both maps are walked in
@@ -330,10 +330,10 @@ mod tests {
         use crate::routes::RouteKey;
         use std::sync::Arc;
         let t0 = Timestamp::from_second(1_000).unwrap();
-        let key = RouteKey {
+        let key = Arc::new(RouteKey {
             kind: "HTTPRoute".into(),
             key: crate::ObjectKey::new("ns", "r"),
-        };
+        });
         let status = |message: &str| {
             route_status(condition(
                 names::RESOLVED_REFS,

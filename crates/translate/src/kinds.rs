@@ -269,8 +269,8 @@ macro_rules! registry {
         }
         fn copy_computed_status(&self, from: &Status, to: &mut Status) {
             let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
-            if let Some(s) = from.routes.get(&key) {
-                to.routes.insert(key, s.clone());
+            if let Some((key, s)) = from.routes.get_key_value(&key) {
+                to.routes.insert(key.clone(), s.clone());
             }
         }
         fn computed_status_changed(&self, changed: &crate::ChangedStatus<'_>) -> bool {
@@ -280,7 +280,9 @@ macro_rules! registry {
         fn carried_status(&self, status: &mut Status) {
             if let Some(carried) = <Self as crate::RouteKind>::carried_status(self) {
                 let key = crate::RouteKey::of::<Self>(ObjectKey::of(self.meta()));
-                status.routes.insert(key, std::sync::Arc::new(carried));
+                status
+                    .routes
+                    .insert(std::sync::Arc::new(key), std::sync::Arc::new(carried));
             }
         }
     };

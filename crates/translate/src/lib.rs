@@ -221,7 +221,7 @@ pub struct Status {
     pub listener_sets: BTreeMap<ObjectKey, ListenerSetStatus>,
     /// Routes of every kind. Shared: a route whose translation is reused from the last pass
     /// (`Reuse`) has the same status, and stamping keeps the last pass's where nothing changed.
-    pub routes: BTreeMap<RouteKey, Arc<RouteStatus>>,
+    pub routes: BTreeMap<Arc<RouteKey>, Arc<RouteStatus>>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicyStatus>,
 }
 
@@ -305,7 +305,7 @@ impl Status {
         walk(
             &self.routes,
             &previous.routes,
-            |k: &'a RouteKey| {
+            |k: &'a Arc<RouteKey>| {
                 (
                     k.kind.as_str(),
                     k.key.namespace.as_str(),

@@ -167,7 +167,8 @@ impl RouteKey {
 pub struct RouteAge {
     /// The creation time; objects without one count as oldest.
     pub created: k8s_openapi::jiff::Timestamp,
-    pub key: RouteKey,
+    /// Shared with the route's entry in the pass's status: a pass keys thousands of them.
+    pub key: Arc<RouteKey>,
 }
 
 impl RouteAge {
@@ -175,7 +176,7 @@ impl RouteAge {
         let (created, key) = age_key(route.meta());
         RouteAge {
             created,
-            key: RouteKey::of::<R>(key),
+            key: Arc::new(RouteKey::of::<R>(key)),
         }
     }
 }
@@ -385,7 +386,7 @@ pub struct Attachment {
     pub route_hostnames: Arc<[String]>,
     /// The entries of the route's status (`parents`) whose parentRefs chose this listener
     /// (for [`kind_conflicts`], which may take the listener away again).
-    pub parents: Vec<usize>,
+    pub parents: smallvec::SmallVec<[usize; 2]>,
     /// The route's age and key ([`Attachment::route`]).
     pub route_age: Age,
     /// (index in the route's spec, rule)
@@ -403,10 +404,10 @@ impl Attachment {
 #[derive(Default)]
 pub struct Attached {
     pub attachments: Vec<Attachment>,
-    pub status: BTreeMap<RouteKey, Arc<RouteStatus>>,
+    pub status: BTreeMap<Arc<RouteKey>, Arc<RouteStatus>>,
     /// Each route's status as it is attached; made `status` at once when all are (a map
     /// built from sorted entries in one go, not thousands of inserts that each search it).
-    statuses: Vec<(RouteKey, Arc<RouteStatus>)>,
+    statuses: Vec<(Arc<RouteKey>, Arc<RouteStatus>)>,
 }
 
 /// The shared inputs of attaching routes.
@@ -666,12 +667,22 @@ fn work<R: RouteKind>(
 fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &mut Attached) {
     let attachments = &mut out.attachments;
     // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
-    // listener's own conditions (a listener with a bad certificate still counts them).
-    let mut counted: Vec<(usize, usize)> = Vec::new();
-    for p in work.placements.iter().filter(|p| p.accepted) {
-        for &(li, _) in &p.listeners {
-            if !counted.contains(&(p.gateway, li)) {
-                counted.push((p.gateway, li));
+    // listener's own conditions (a listener with a bad certificate still counts them). A route
+    // has a placement or two, so a listener counted already is found by a scan of those before
+    // it, with no list made: this runs for every route on every pass.
+    let accepted = |p: &&Placement| p.accepted;
+    for (i, p) in work
+        .placements
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.accepted)
+    {
+        for (j, &(li, _)) in p.listeners.iter().enumerate() {
+            let on =
+                |q: &Placement| q.gateway == p.gateway && q.listeners.iter().any(|l| l.0 == li);
+            let counted = p.listeners[..j].iter().any(|l| l.0 == li)
+                || work.placements[..i].iter().filter(accepted).any(on);
+            if !counted {
                 ctx.gateways[p.gateway].listeners[li].attached_routes += 1;
             }
         }
@@ -699,7 +710,7 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
                     listener: *li,
                     hostnames: Arc::clone(hosts),
                     route_hostnames: Arc::clone(&work.route_hostnames),
-                    parents: vec![parent],
+                    parents: smallvec::smallvec![parent],
                     route_age: Arc::clone(age),
                     rules: Arc::clone(&work.rules),
                 }),
@@ -707,7 +718,7 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
         }
     }
     out.statuses
-        .push((age.key.clone(), Arc::clone(&work.status)));
+        .push((Arc::clone(&age.key), Arc::clone(&work.status)));
 }
 
 /// Where one parentRef placed a route: its Gateway, whether it is Accepted there, and the
@@ -922,10 +933,10 @@ mod tests {
     fn age(kind: &str, seconds: i64, namespace: &str, name: &str) -> RouteAge {
         RouteAge {
             created: Timestamp::from_second(seconds).unwrap(),
-            key: RouteKey {
+            key: Arc::new(RouteKey {
                 kind: kind.to_string(),
                 key: ObjectKey::new(namespace, name),
-            },
+            }),
         }
     }
 
