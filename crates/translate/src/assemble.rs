@@ -3,7 +3,7 @@
 //! and the clusters each Gateway uses.
 
 use crate::gateways::GatewayCtx;
-use crate::hostname;
+use crate::hostname::Origin;
 use crate::objects::ObjectKey;
 use crate::precedence;
 use crate::routes::{Attachment, RouteRule};
@@ -113,8 +113,7 @@ fn listener(
                         filter_cluster(f, client_cert, out, &gw.key);
                     }
                     rules.push(resolved);
-                    for hostname in a.hostnames.iter() {
-                        let origin = hostname::origin_specificity(hostname, &a.route_hostnames);
+                    for (hostname, &origin) in a.hostnames.iter().zip(a.origins.iter()) {
                         for (match_index, m) in template.matches.iter().enumerate() {
                             candidates.push(precedence::Candidate {
                                 hostname,
@@ -133,11 +132,7 @@ fn listener(
                     for b in &mut backends {
                         use_cluster(&mut b.target, None, out, &gw.key);
                     }
-                    let origins = a
-                        .hostnames
-                        .iter()
-                        .map(|h| hostname::origin_specificity(h, &a.route_hostnames))
-                        .collect();
+                    let origins = a.origins.to_vec();
                     tls_routes.push((
                         ir::TlsRoute {
                             route: route.clone(),
@@ -222,8 +217,6 @@ fn tls_claims(routes: Vec<(ir::TlsRoute, Vec<Origin>)>) -> Vec<ir::TlsRoute> {
         })
         .collect()
 }
-
-type Origin = (u8, std::cmp::Reverse<usize>);
 
 /// [`use_cluster`] for the cluster a filter sends requests to (a mirror's, an authorization
 /// server's).

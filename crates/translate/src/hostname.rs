@@ -57,13 +57,16 @@ pub fn specificity(hostname: &str) -> (u8, std::cmp::Reverse<usize>) {
     }
 }
 
+/// [`origin_specificity`]'s result: [`specificity`] of a route hostname.
+pub type Origin = (u8, std::cmp::Reverse<usize>);
+
 /// The specificity of the route hostname that `served` (one of [`intersect`]'s results) came
 /// from: the most specific of `route` (lower case) equal to or covering it, `*` for a route
 /// without hostnames. Precedence between routes that serve the same name ranks them by this
 /// (GatewayRouteHostnameIntersectionPrecedence): a route that asked for `abc.example.com`
 /// beats one that asked for `*.example.com`, though a listener for `abc.example.com` narrows
 /// both to that name.
-pub fn origin_specificity(served: &str, route: &[String]) -> (u8, std::cmp::Reverse<usize>) {
+pub fn origin_specificity(served: &str, route: &[String]) -> Origin {
     route
         .iter()
         .filter(|r| r.as_str() == served || matches(r, served))
