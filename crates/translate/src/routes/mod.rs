@@ -167,6 +167,10 @@ impl RouteKey {
 pub struct RouteAge {
     /// The creation time; objects without one count as oldest.
     pub created: k8s_openapi::jiff::Timestamp,
+    /// The key's first bytes ([`sort_prefix`]): compared before the key itself, it decides
+    /// nearly every comparison without reaching the key's strings, which are cold by the time
+    /// a pass sorts thousands of routes (a tenth of translating 5000 was those comparisons).
+    prefix: Option<[u8; 16]>,
     /// Shared with the route's entry in the pass's status: a pass keys thousands of them.
     pub key: Arc<RouteKey>,
 }
@@ -176,16 +180,40 @@ impl RouteAge {
         let (created, key) = age_key(route.meta());
         RouteAge {
             created,
+            prefix: sort_prefix(&key),
             key: Arc::new(RouteKey::of::<R>(key)),
         }
     }
+}
+
+/// The first 16 bytes of namespace, a NUL and name, padded with NULs. Where two differ they
+/// order as (namespace, name) does: a NUL sorts below every other byte, so a namespace that is
+/// a prefix of another sorts first, as it does on its own. `None` for a key that holds a NUL
+/// itself (no Kubernetes name does): it is compared by its strings.
+fn sort_prefix(key: &ObjectKey) -> Option<[u8; 16]> {
+    if key.namespace.contains('\0') || key.name.contains('\0') {
+        return None;
+    }
+    let mut prefix = [0; 16];
+    let bytes = key.namespace.bytes().chain([0]).chain(key.name.bytes());
+    for (slot, b) in prefix.iter_mut().zip(bytes) {
+        *slot = b;
+    }
+    Some(prefix)
 }
 
 /// Precedence looks at the time and namespace/name only: two routes of different kinds with
 /// one name and one creation time are equal here, and keep the order they were visited in.
 impl Ord for RouteAge {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.created, &self.key.key).cmp(&(other.created, &other.key.key))
+        let by_prefix = match (&self.prefix, &other.prefix) {
+            (Some(a), Some(b)) => a.cmp(b),
+            _ => std::cmp::Ordering::Equal,
+        };
+        self.created
+            .cmp(&other.created)
+            .then(by_prefix)
+            .then_with(|| self.key.key.cmp(&other.key.key))
     }
 }
 
@@ -951,12 +979,53 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     fn age(kind: &str, seconds: i64, namespace: &str, name: &str) -> RouteAge {
+        let key = ObjectKey::new(namespace, name);
         RouteAge {
             created: Timestamp::from_second(seconds).unwrap(),
+            prefix: sort_prefix(&key),
             key: Arc::new(RouteKey {
                 kind: kind.to_string(),
-                key: ObjectKey::new(namespace, name),
+                key,
             }),
+        }
+    }
+
+    /// The prefix never orders two routes otherwise than (creation, namespace, name) would:
+    /// names that are prefixes of each other, that part at the NUL, run past 16 bytes, are
+    /// empty or hold a NUL, over every pair of a set built to have all of these.
+    #[test]
+    fn route_age_by_prefix_orders_as_by_namespace_and_name() {
+        let parts = [
+            "",
+            "a",
+            "a-b",
+            "ab",
+            "a\0",
+            "b",
+            "abcdefghijklmno",
+            "abcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefghijklmnopr",
+            "x.y",
+            "a/b",
+        ];
+        let mut ages = Vec::new();
+        for seconds in [1, 2] {
+            for ns in parts {
+                for name in parts {
+                    ages.push(age("HTTPRoute", seconds, ns, name));
+                }
+            }
+        }
+        for a in &ages {
+            for b in &ages {
+                let want = (a.created, &a.key.key.namespace, &a.key.key.name).cmp(&(
+                    b.created,
+                    &b.key.key.namespace,
+                    &b.key.key.name,
+                ));
+                assert_eq!(a.cmp(b), want, "{:?} vs {:?}", a.key.key, b.key.key);
+            }
         }
     }
 
