@@ -12,7 +12,6 @@ use gatehouse_ir as ir;
 use std::cmp::{Ordering, Reverse};
 // foldhash: a fraction of SipHash's cost per hostname, still seeded per process (hashbrown's default).
 use foldhash::{HashMap, HashMapExt};
-use smallvec::SmallVec;
 
 /// One (hostname, match) pair of an attached rule, borrowed from the attachment: a listener
 /// has one per hostname and match of every route, and only the winners' matches are copied
@@ -71,40 +70,29 @@ fn match_key<'a>(c: &Candidate<'a>) -> MatchKey<'a> {
 pub fn virtual_hosts(candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
     // Each hostname's candidates, in precedence order: grouped first, then each group sorted
     // (stably) on its own. Candidates of different hosts are never compared, and a listener
-    // whose thousands of routes each have a name of their own sorts nothing. A group is kept
-    // inline while it holds one candidate, as nearly all do there.
-    let mut by_host: HashMap<&str, SmallVec<[usize; 1]>> = HashMap::with_capacity(candidates.len());
+    // whose thousands of routes each have a name of their own sorts nothing.
+    let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, c) in candidates.iter().enumerate() {
         by_host.entry(c.hostname).or_default().push(i);
     }
     for group in by_host.values_mut().filter(|g| g.len() > 1) {
         group.sort_by_cached_key(|&i| match_key(&candidates[i]));
     }
-    let mut hosts: Vec<(&str, &[usize])> = by_host.iter().map(|(h, g)| (*h, &g[..])).collect();
+    let mut hosts: Vec<&str> = by_host.keys().copied().collect();
     // Names are distinct: an unstable sort gives the one order.
-    hosts.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
-    let names: Vec<&str> = hosts.iter().map(|(h, _)| *h).collect();
-    let wildcards = wildcards(&names);
-    let any = by_host.get_key_value("*").map(|(h, g)| (*h, &g[..]));
+    hosts.sort_unstable_by(|a, b| by_specificity(a, b));
+    let wildcards = wildcards(&hosts);
     // The hosts covering the one being built (with their candidates), in one buffer for all:
-    // a listener has thousands of hosts, most covered by themselves alone. Each host has its
-    // own candidates at hand; only the wildcards over it (when the listener has any) and `*`
-    // are looked up.
-    let mut general: Vec<(&str, &[usize])> = Vec::new();
+    // a listener has thousands of hosts, most covered by themselves alone.
+    let mut general: Vec<(&str, &Vec<usize>)> = Vec::new();
     hosts
         .iter()
-        .map(|&(host, own)| {
+        .map(|host| {
             general.clear();
-            general.push((host, own));
-            if !wildcards.is_empty() {
-                general.extend(
-                    covering_wildcards(host, &wildcards)
-                        .filter_map(|g| by_host.get_key_value(g).map(|(g, c)| (*g, &c[..]))),
-                );
-            }
-            if host != "*" {
-                general.extend(any);
-            }
+            general.extend(
+                covering(host, &wildcards)
+                    .filter_map(|g| by_host.get_key_value(g).map(|(g, c)| (*g, c))),
+            );
             general.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
             let mut routes = Vec::with_capacity(general.iter().map(|(_, c)| c.len()).sum());
             routes.extend(
@@ -117,7 +105,7 @@ pub fn virtual_hosts(candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
                     }),
             );
             ir::VirtualHost {
-                hostname: host.to_owned(),
+                hostname: (*host).to_owned(),
                 routes,
             }
         })
@@ -144,16 +132,20 @@ fn wildcards<'h>(hosts: &[&'h str]) -> HashMap<&'h str, &'h str> {
         .collect()
 }
 
-/// The wildcard of each proper label suffix of `host` that is one of `wildcards` (keyed by
-/// what follows the `*`): with the host itself and `*`, every hostname that
-/// [`hostname::covers`] `host`.
-fn covering_wildcards<'h>(
+/// Every hostname that [`hostname::covers`] `host` among the hosts: the host itself, the
+/// wildcard of each of its proper label suffixes that is one of `wildcards` (keyed by what
+/// follows the `*`), and `*`.
+fn covering<'h>(
     host: &'h str,
     wildcards: &'h HashMap<&'h str, &'h str>,
 ) -> impl Iterator<Item = &'h str> {
     let rest = host.strip_prefix("*.").unwrap_or(host);
-    rest.match_indices('.')
-        .filter_map(move |(dot, _)| wildcards.get(&rest[dot..]).copied())
+    let suffixes = rest
+        .match_indices('.')
+        .filter_map(move |(dot, _)| wildcards.get(&rest[dot..]).copied());
+    std::iter::once(host)
+        .chain(suffixes)
+        .chain((host != "*").then_some("*"))
 }
 
 #[cfg(test)]
@@ -177,10 +169,7 @@ mod tests {
         ];
         let wildcards = wildcards(&hosts);
         for specific in hosts {
-            let covering = std::iter::once(specific)
-                .chain(covering_wildcards(specific, &wildcards))
-                .chain((specific != "*").then_some("*"));
-            let mut found: Vec<String> = covering
+            let mut found: Vec<String> = covering(specific, &wildcards)
                 .map(str::to_owned)
                 .filter(|c| hosts.contains(&c.as_str()))
                 .collect();
