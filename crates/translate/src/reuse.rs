@@ -150,12 +150,12 @@ fn around_routes<'i>(a: &'i Input, b: &'i Input) -> Around<'i> {
                     }
                 }
                 ReadByRouteWork::Named if same_objects(a, b) => {}
-                ReadByRouteWork::Named => match changed_names(a, b) {
-                    Some(changed) => match &mut self.around {
-                        Around::Named(names) => names.extend(changed),
-                        _ => self.around = Around::Named(changed.collect()),
-                    },
-                    None => self.around = Around::Changed,
+                ReadByRouteWork::Named => match (changed_names(a, b), &mut self.around) {
+                    (Some(changed), Around::Named(names)) => names.extend(changed),
+                    (Some(changed), _) => {
+                        self.around = Around::Named(changed.into_iter().collect())
+                    }
+                    (None, _) => self.around = Around::Changed,
                 },
             }
         }
@@ -172,12 +172,9 @@ fn around_routes<'i>(a: &'i Input, b: &'i Input) -> Around<'i> {
 /// The (namespace, name) of every object that is in only one of `a` and `b`, or in both but
 /// reads otherwise. `None` when a list holds one name twice (a folder of files may; which one
 /// counts is translate's to decide, so every route is worked out again).
-fn changed_names<'i, K: Kind>(
-    a: &'i [Arc<K>],
-    b: &'i [Arc<K>],
-) -> Option<impl Iterator<Item = (&'i str, &'i str)>> {
+fn changed_names<'i, K: Kind>(a: &'i [Arc<K>], b: &'i [Arc<K>]) -> Option<Vec<(&'i str, &'i str)>> {
     let (before, now) = (by_key(a)?, by_key(b)?);
-    let changed: Vec<(&str, &str)> = before
+    let changed = before
         .iter()
         .filter(|(key, x)| {
             !now.get(*key)
@@ -186,5 +183,5 @@ fn changed_names<'i, K: Kind>(
         .map(|(key, _)| *key)
         .chain(now.keys().filter(|key| !before.contains_key(*key)).copied())
         .collect();
-    Some(changed.into_iter())
+    Some(changed)
 }

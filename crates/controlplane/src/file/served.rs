@@ -110,18 +110,15 @@ impl Served {
             // (`Input::same_to_translate`) stays a walk in step.
             let mut into = into.iter();
             for o in out {
-                let placed = match into.next() {
-                    Some(new) => match Arc::clone(&new.object).replace_in(&*o.object, input) {
-                        Some(true) => true,
+                if let Some(new) = into.next() {
+                    match Arc::clone(&new.object).replace_in(&*o.object, input) {
+                        Some(true) => continue,
                         Some(false) => return None,
-                        None => {
-                            Arc::clone(&new.object).push_into(input);
-                            false
-                        }
-                    },
-                    None => false,
-                };
-                if !placed && !o.object.remove_from(input) {
+                        // Another kind: added, and the old one taken out below.
+                        None => Arc::clone(&new.object).push_into(input),
+                    }
+                }
+                if !o.object.remove_from(input) {
                     return None;
                 }
             }

@@ -703,23 +703,17 @@ fn attach_route(work: &RouteWork, age: &Age, ctx: &mut AttachCtx<'_, '_>, out: &
     let attachments = &mut out.attachments;
     // attachedRoutes counts the routes Accepted on a listener, each once, whatever the
     // listener's own conditions (a listener with a bad certificate still counts them). A route
-    // has a placement or two, so a listener counted already is found by a scan of those before
-    // it, with no list made: this runs for every route on every pass.
-    let accepted = |p: &&Placement| p.accepted;
-    for (i, p) in work
-        .placements
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.accepted)
-    {
-        for (j, &(li, ..)) in p.listeners.iter().enumerate() {
-            let on =
-                |q: &Placement| q.gateway == p.gateway && q.listeners.iter().any(|l| l.0 == li);
-            let counted = p.listeners[..j].iter().any(|l| l.0 == li)
-                || work.placements[..i].iter().filter(accepted).any(on);
-            if !counted {
-                ctx.gateways[p.gateway].listeners[li].attached_routes += 1;
-            }
+    // is Accepted on a listener or two, so one counted already is found by a scan of those
+    // before it, with no list made: this runs for every route on every pass.
+    let accepted_on = || {
+        work.placements
+            .iter()
+            .filter(|p| p.accepted)
+            .flat_map(|p| p.listeners.iter().map(move |l| (p.gateway, l.0)))
+    };
+    for (k, (gi, li)) in accepted_on().enumerate() {
+        if !accepted_on().take(k).any(|before| before == (gi, li)) {
+            ctx.gateways[gi].listeners[li].attached_routes += 1;
         }
     }
     // This route's attachments are the ones pushed from here on: only they can hold its rules.
