@@ -139,6 +139,7 @@ pub async fn start(opts: ProxyOptions) -> anyhow::Result<Running> {
             credentials_dir: opts.credentials,
             pod: opts.pod,
             build: env!("CARGO_PKG_VERSION").to_string(),
+            gzip_snapshots: true,
         },
         applier,
         Arc::clone(&client_state),

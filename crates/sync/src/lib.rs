@@ -15,6 +15,7 @@
 
 pub mod ca;
 pub mod client;
+pub mod compression;
 pub mod credentials;
 pub mod identity;
 mod keepalive;

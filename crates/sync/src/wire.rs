@@ -41,6 +41,11 @@ pub struct Hello {
     /// not send an identical snapshot again.
     #[prost(string, tag = "3")]
     pub current_version: String,
+    /// The data plane reads [`Snapshot::config_gzip`]: the control plane compresses each
+    /// snapshot once for all such streams, instead of gRPC compressing it again on every
+    /// stream. Older data planes never set it and get `config_json`.
+    #[prost(bool, tag = "4")]
+    pub gzip_snapshots: bool,
 }
 
 /// The snapshot `version` is served now.
@@ -120,6 +125,10 @@ pub struct Snapshot {
     /// replica of a Gateway without copying it per stream.
     #[prost(bytes = "bytes", tag = "2")]
     pub config_json: Bytes,
+    /// `config_json` gzip-compressed, sent instead of it (`config_json` empty) to data planes
+    /// whose Hello set `gzip_snapshots`. `Bytes` for the same reason.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub config_gzip: Bytes,
 }
 
 /// A renewed client certificate for the data plane's next connections.

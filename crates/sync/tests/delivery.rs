@@ -153,6 +153,56 @@ async fn each_gateway_gets_only_its_own_configuration() {
     control.stop().await;
 }
 
+/// A data plane that reads `config_gzip` gets the snapshot compressed once by the control
+/// plane; one of an older build, beside it on the same Gateway, gets the JSON (compressed by
+/// gRPC). Both serve the same configuration and acknowledge the same version.
+#[tokio::test]
+async fn older_and_newer_data_planes_serve_the_same_snapshot() {
+    let ca = ca();
+    let control = ControlPlane::start(&ca, ServerOptions::default()).await;
+    let gateway = identity("apps", "public");
+    let credentials = ca.issue_dataplane(&gateway, Duration::from_secs(3600));
+    let first = config(&gateway, "first");
+    control.server.publish(&gateway, Some(first.clone()));
+
+    let newer = DataPlane::start(control.address, &credentials, "public-0");
+    let older = DataPlane::start_older(control.address, &credentials, "public-1");
+    for data in [&newer, &older] {
+        tokio::time::timeout(SOON, data.state.first_applied())
+            .await
+            .expect("the snapshot is applied");
+        assert_eq!(data.applier.applied(), vec![first.clone()]);
+    }
+    let counters = control.server.counters();
+    assert_eq!(
+        (counters.snapshots_sent, counters.snapshots_sent_gzip),
+        (2, 1)
+    );
+
+    let second = config(&gateway, "second");
+    control.server.publish(&gateway, Some(second.clone()));
+    eventually("both ack the second version", SOON, || {
+        let reports = control.server.reports();
+        let replicas = &reports[&gateway].replicas;
+        ["public-0", "public-1"]
+            .iter()
+            .all(|pod| replicas[*pod].acked == Some(version(&second)))
+    })
+    .await;
+    for data in [&newer, &older] {
+        assert_eq!(data.applier.applied(), vec![first.clone(), second.clone()]);
+    }
+    let counters = control.server.counters();
+    assert_eq!(
+        (counters.snapshots_sent, counters.snapshots_sent_gzip),
+        (4, 2)
+    );
+
+    newer.stop().await;
+    older.stop().await;
+    control.stop().await;
+}
+
 #[tokio::test]
 async fn a_rejected_snapshot_is_reported_and_the_previous_version_stays_acked() {
     let ca = ca();

@@ -103,6 +103,7 @@ fn examples() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         pod: "p".into(),
         build: "b".into(),
         current_version: "v".into(),
+        gzip_snapshots: true,
     };
     let ack = Ack {
         version: "v".into(),
@@ -119,6 +120,7 @@ fn examples() -> Vec<(&'static str, Vec<Vec<u8>>)> {
     let snapshot = Snapshot {
         version: "v".into(),
         config_json: Bytes::from_static(b"{}"),
+        config_gzip: Bytes::from_static(b"\x1f\x8b"),
     };
     let credentials = Credentials {
         cert_pem: "c".into(),
@@ -175,6 +177,7 @@ fn a_snapshot_round_trips() {
         kind: Some(control_plane_message::Kind::Snapshot(Snapshot {
             version: "sha256:00".into(),
             config_json: Bytes::from_static(br#"{"gateways":[],"clusters":[],"certificates":[]}"#),
+            config_gzip: Bytes::new(),
         })),
     };
     let decoded = ControlPlaneMessage::decode(message.encode_to_vec().as_slice()).unwrap();

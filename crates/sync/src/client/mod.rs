@@ -36,6 +36,10 @@ pub struct ClientOptions {
     pub pod: String,
     /// This build's version, for the control plane's reports.
     pub build: String,
+    /// Ask for snapshots compressed once by the control plane (`Snapshot.config_gzip`). Data
+    /// planes always do; `false` asks as builds before it did (the JSON, compressed by gRPC
+    /// on each stream), which the tests of mixed versions use.
+    pub gzip_snapshots: bool,
 }
 
 /// What serves the configuration: the data plane.

@@ -53,9 +53,11 @@ pub(super) async fn run(
             Err(e) => return failed(e),
         },
     };
-    let mut client = ConfigSyncClient::new(channel)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(MAX_SNAPSHOT_BYTES);
+    let mut client = ConfigSyncClient::new(channel).max_decoding_message_size(MAX_SNAPSHOT_BYTES);
+    if !options.gzip_snapshots {
+        // Snapshots come as JSON, which gRPC compresses per stream.
+        client = client.accept_compressed(CompressionEncoding::Gzip);
+    }
 
     // Room for the Hello and the Ack behind it, so both are queued before the stream opens.
     let (outbound, mut receiver) = mpsc::channel(8);
@@ -64,6 +66,7 @@ pub(super) async fn run(
         pod: options.pod.clone(),
         build: options.build.clone(),
         current_version: applied.clone().unwrap_or_default(),
+        gzip_snapshots: options.gzip_snapshots,
     };
     let _ = outbound.try_send(message(data_plane_message::Kind::Hello(hello)));
     let mut reported = applier.unbound();
@@ -168,12 +171,13 @@ impl Stream<'_> {
             return ack(version, self.applier.unbound(), self.state.diagnostics());
         }
         // Decoding a large configuration is CPU work: off the runtime's workers.
-        let json = snapshot.config_json;
-        let decoded =
-            tokio::task::spawn_blocking(move || serde_json::from_slice::<ir::Config>(&json)).await;
+        let decoded = tokio::task::spawn_blocking(move || {
+            decode(&snapshot.config_json, &snapshot.config_gzip)
+        })
+        .await;
         let config = match decoded {
             Ok(Ok(config)) => config,
-            Ok(Err(e)) => return nack(version, format!("the snapshot does not deserialize: {e}")),
+            Ok(Err(e)) => return nack(version, e),
             Err(e) => return nack(version, format!("decoding the snapshot: {e}")),
         };
         match self.applier.apply(Arc::new(config)).await {
@@ -215,6 +219,19 @@ impl Stream<'_> {
     }
 }
 
+/// The configuration of a snapshot: its `config_gzip` when the control plane sent that
+/// (it does to data planes that asked), else its `config_json` (older control planes).
+fn decode(json: &[u8], gzip: &[u8]) -> Result<ir::Config, String> {
+    let decompressed;
+    let json = if gzip.is_empty() {
+        json
+    } else {
+        decompressed = crate::compression::gunzip(gzip, MAX_SNAPSHOT_BYTES)?;
+        &decompressed
+    };
+    serde_json::from_slice(json).map_err(|e| format!("the snapshot does not deserialize: {e}"))
+}
+
 fn ended(error: String) -> Outcome {
     Outcome::Ended {
         established: true,
@@ -248,4 +265,32 @@ fn nack(version: String, error: String) -> DataPlaneMessage {
 fn identity_of_pem(cert_pem: &str) -> Option<crate::DataPlaneIdentity> {
     let leaf = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
     identity_of(&leaf).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_decodes_from_its_gzip_or_its_json() {
+        let config = ir::Config {
+            gateways: vec![ir::Gateway {
+                namespace: "apps".into(),
+                name: "public".into(),
+                listeners: Vec::new(),
+            }],
+            ..ir::Config::default()
+        };
+        let (json, _) = crate::version::encode(&config);
+        let gzip = crate::compression::gzip(&json);
+        assert_eq!(decode(&[], &gzip).unwrap(), config);
+        // From a control plane that sends only the JSON.
+        assert_eq!(decode(&json, &[]).unwrap(), config);
+        // The gzip wins when both are there.
+        assert_eq!(decode(b"not json", &gzip).unwrap(), config);
+        let error = decode(&[], &json).unwrap_err();
+        assert!(error.contains("does not decompress"), "{error}");
+        let error = decode(&[], &crate::compression::gzip(b"{}")).unwrap_err();
+        assert!(error.contains("does not deserialize"), "{error}");
+    }
 }

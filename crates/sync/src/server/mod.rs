@@ -80,6 +80,8 @@ pub struct ServerCounters {
     pub connected_streams: u64,
     /// Snapshots sent, over all streams.
     pub snapshots_sent: u64,
+    /// Of those, sent as `config_gzip` (compressed once per snapshot, not per stream).
+    pub snapshots_sent_gzip: u64,
     pub acks: u64,
     pub nacks: u64,
     /// Client certificates issued on streams (renewals).
@@ -91,6 +93,7 @@ pub struct ServerCounters {
 #[derive(Default)]
 struct Counters {
     snapshots_sent: AtomicU64,
+    snapshots_sent_gzip: AtomicU64,
     acks: AtomicU64,
     nacks: AtomicU64,
     credentials_issued: AtomicU64,
@@ -157,6 +160,9 @@ impl ConfigServer {
             self.clone(),
             stop.clone(),
         );
+        // gRPC's own compression is for data planes that do not read `config_gzip` (older
+        // builds): it compresses every message again on every stream. Newer ones do not ask
+        // for it.
         let service = ConfigSyncServer::new(service::SyncService::new(self.clone(), stop.clone()))
             .send_compressed(CompressionEncoding::Gzip)
             .accept_compressed(CompressionEncoding::Gzip);
@@ -205,6 +211,7 @@ impl ConfigServer {
         ServerCounters {
             connected_streams: self.registry.connected() as u64,
             snapshots_sent: read(&self.counters.snapshots_sent),
+            snapshots_sent_gzip: read(&self.counters.snapshots_sent_gzip),
             acks: read(&self.counters.acks),
             nacks: read(&self.counters.nacks),
             credentials_issued: read(&self.counters.credentials_issued),

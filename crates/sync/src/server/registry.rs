@@ -4,7 +4,7 @@
 
 use super::{GatewayReport, ReplicaReport};
 use crate::identity::DataPlaneIdentity;
-use crate::version;
+use crate::{compression, version};
 use bytes::Bytes;
 use gatehouse_ir as ir;
 use std::collections::BTreeMap;
@@ -28,6 +28,8 @@ pub(crate) struct Snapshot {
     pub version: String,
     pub config: Arc<ir::Config>,
     pub json: Bytes,
+    /// `json` gzip-compressed, for the streams whose data plane reads `config_gzip`.
+    pub gzip: Bytes,
 }
 
 struct GatewayEntry {
@@ -105,11 +107,13 @@ impl Registry {
         if current.is_some_and(|c| c.version == version) {
             return;
         }
-        tracing::debug!(gateway = %identity, %version, bytes = json.len(), "snapshot published");
+        let gzip = compression::gzip(&json);
+        tracing::debug!(gateway = %identity, %version, bytes = json.len(), gzip_bytes = gzip.len(), "snapshot published");
         let snapshot = Arc::new(Snapshot {
             version,
             config,
             json: Bytes::from(json),
+            gzip: Bytes::from(gzip),
         });
         self.lock()
             .entry(identity.clone())

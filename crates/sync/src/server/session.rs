@@ -10,6 +10,7 @@ use crate::identity::PeerCertificate;
 use crate::wire::{
     self, ControlPlaneMessage, DataPlaneMessage, control_plane_message, data_plane_message,
 };
+use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -48,6 +49,7 @@ pub(crate) async fn run(
         }
     };
     let serving = Some(hello.current_version).filter(|v| !v.is_empty());
+    let gzip_snapshots = hello.gzip_snapshots;
     let report = ReplicaReport::new(hello.build, serving.clone());
     let (key, published) = server.registry.register(&gateway, &hello.pod, report);
     tracing::info!(%gateway, pod = %key.pod, ?remote, ?serving, "data plane connected");
@@ -59,6 +61,7 @@ pub(crate) async fn run(
         outbound,
         published,
         sent: serving,
+        gzip_snapshots,
         credentials: None,
     };
     let end = session.follow(&stop).await;
@@ -74,6 +77,8 @@ struct Session {
     published: watch::Receiver<Published>,
     /// The version this stream's data plane has (its Hello's, then the last sent).
     sent: Option<String>,
+    /// The data plane reads `config_gzip` (its Hello said so).
+    gzip_snapshots: bool,
     /// Renewed credentials waiting for room in the stream.
     credentials: Option<wire::Credentials>,
     renew_at: Instant,
@@ -160,13 +165,24 @@ impl Session {
                         Published::Snapshot(snapshot) => {
                             if self.sent.as_deref() != Some(snapshot.version.as_str()) {
                                 tracing::debug!(gateway = %self.key.identity, pod = %self.key.pod, version = %snapshot.version, "sending snapshot");
+                                // Reference counts, not copies: every stream of the
+                                // Gateway sends the same bytes, compressed once.
+                                let (config_json, config_gzip) = if self.gzip_snapshots {
+                                    (Bytes::new(), snapshot.gzip.clone())
+                                } else {
+                                    (snapshot.json.clone(), Bytes::new())
+                                };
+                                Counters::add(&self.server.counters.snapshots_sent);
+                                if !config_gzip.is_empty() {
+                                    Counters::add(&self.server.counters.snapshots_sent_gzip);
+                                }
                                 permit.send(Ok(message(control_plane_message::Kind::Snapshot(
                                     wire::Snapshot {
                                         version: snapshot.version.clone(),
-                                        config_json: snapshot.json.clone(),
+                                        config_json,
+                                        config_gzip,
                                     },
                                 ))));
-                                Counters::add(&self.server.counters.snapshots_sent);
                                 self.sent = Some(snapshot.version.clone());
                             }
                         }

@@ -123,12 +123,24 @@ impl DataPlane {
     }
 
     pub fn start_in(address: SocketAddr, dir: tempfile::TempDir, pod: &str) -> Self {
+        Self::start_with(address, dir, pod, true)
+    }
+
+    /// `gzip_snapshots: false`: a data plane of a build from before `config_gzip`.
+    pub fn start_older(address: SocketAddr, credentials: &Credentials, pod: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        credentials.write_dir(dir.path()).unwrap();
+        Self::start_with(address, dir, pod, false)
+    }
+
+    fn start_with(address: SocketAddr, dir: tempfile::TempDir, pod: &str, gzip: bool) -> Self {
         let options = ClientOptions {
             endpoint: format!("https://{address}"),
             server_name: SERVER_NAME.to_string(),
             credentials_dir: dir.path().to_path_buf(),
             pod: pod.to_string(),
             build: "test-build".to_string(),
+            gzip_snapshots: gzip,
         };
         let state = Arc::new(ClientState::new());
         let applier = Arc::new(TestApplier::default());
