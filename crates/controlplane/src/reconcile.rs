@@ -192,8 +192,8 @@ impl<S: Source> Reconciler<S> {
     }
 
     /// Whether a pass now would translate, from a snapshot taken and dropped: not when the
-    /// snapshot reads as the last pass's did (only status and the resourceVersions our writes
-    /// bumped changed), as [`Reconciler::reconcile`] decides.
+    /// snapshot reads as the last pass's did (only status, the resourceVersions our writes
+    /// bumped, or what serves changed), as [`Reconciler::reconcile`] decides.
     async fn would_translate(&mut self) -> bool {
         let Some(last) = self.last.take() else {
             return true;
@@ -201,10 +201,9 @@ impl<S: Source> Reconciler<S> {
         let mut source = self.source.take().expect("held between passes");
         let mut adjust = self.adjust.take();
         let mut options = self.options.clone();
-        let serving = self.publisher.serving();
         let (source, adjust, last, same) = tokio::task::spawn_blocking(move || {
             let snapshot = read(&mut source, &mut adjust, &mut options);
-            let same = last.reads_the_same(&snapshot, &options, &serving);
+            let same = last.translates_the_same(&snapshot, &options);
             (source, adjust, last, same)
         })
         .await
@@ -231,7 +230,7 @@ impl<S: Source> Reconciler<S> {
             tokio::task::spawn_blocking(move || {
                 let ((snapshot, reused), snapshot_took) = timed(|| {
                     let snapshot = read(&mut source, &mut adjust, &mut options);
-                    let reused = last.filter(|l| l.reads_the_same(&snapshot, &options, &serving));
+                    let reused = last.filter(|l| l.translates_the_same(&snapshot, &options));
                     (snapshot, reused)
                 });
                 let mut times = PassTimes {
@@ -239,7 +238,8 @@ impl<S: Source> Reconciler<S> {
                     ..PassTimes::default()
                 };
                 let translated = match reused {
-                    Some(last) => Translated::Reused(last),
+                    Some(last) if last.serving == serving => Translated::Reused(last),
+                    Some(last) => Translated::Restamped(last),
                     None => {
                         let (output, took) =
                             timed(|| translate_reusing(&snapshot.input, &options, &mut reuse));
@@ -264,19 +264,36 @@ impl<S: Source> Reconciler<S> {
                     .inc_by(n as u64);
             }
         }
-        let (serving, infrastructure) = match translated {
-            Translated::New(mut output) => {
-                let infrastructure = std::mem::take(&mut output.infrastructure);
+        let (serving, infrastructure, status) = match translated {
+            Translated::New(output) => {
+                let status = Arc::new(output.status.clone());
                 let serving = publish(
                     &self.state,
                     &*self.publisher,
                     &snapshot,
-                    output,
+                    Some(output.config),
+                    output.status,
                     started,
                     times,
                 )
                 .await;
-                (serving, infrastructure)
+                (serving, output.infrastructure, status)
+            }
+            Translated::Restamped(last) => {
+                // What serves changed, and nothing translate reads (in provisioned mode, a
+                // data plane acknowledged the last snapshot): the last translation's status
+                // is stamped again with it. The configuration is the one published.
+                let serving = publish(
+                    &self.state,
+                    &*self.publisher,
+                    &snapshot,
+                    None,
+                    (*last.status).clone(),
+                    started,
+                    times,
+                )
+                .await;
+                (serving, last.infrastructure, last.status)
             }
             Translated::Reused(last) => {
                 // Only what Gatehouse writes changed (status, and the resourceVersions its
@@ -294,7 +311,7 @@ impl<S: Source> Reconciler<S> {
                     .reconciles
                     .get_or_create(&ResultLabel { result: "reused" })
                     .inc();
-                (last.serving, last.infrastructure)
+                (last.serving, last.infrastructure, last.status)
             }
         };
         if let Some(sink) = self.status.as_mut() {
@@ -319,6 +336,7 @@ impl<S: Source> Reconciler<S> {
             options,
             serving,
             infrastructure,
+            status,
         });
         translating
     }
@@ -328,12 +346,15 @@ impl<S: Source> Reconciler<S> {
 #[allow(clippy::large_enum_variant)]
 enum Translated {
     New(Output),
-    /// The snapshot reads as the last one did.
+    /// The snapshot reads as the last one did, and what serves is the same.
     Reused(LastTranslation),
+    /// The snapshot reads as the last one did, but what serves changed.
+    Restamped(LastTranslation),
 }
 
 /// The last translation's inputs, so that a pass whose snapshot translate would read the same
-/// way can skip translating, comparing and publishing. Passes like that are common in the
+/// way can skip translating, comparing and publishing (and, when what serves changed, only
+/// stamps the status again). Passes like that are common in the
 /// controller: when the watch event of our own status write arrives after the next pass took
 /// its snapshot, the status that pass computed waits for the event (`status.rs`) and needs a
 /// pass of its own, in which nothing but resourceVersions and status changed.
@@ -343,20 +364,19 @@ struct LastTranslation {
     /// What was serving when its status was published.
     serving: Serving,
     infrastructure: BTreeMap<ObjectKey, Infrastructure>,
+    /// The status translate gave, before what serves was applied to it and before stamping:
+    /// a pass in which only what serves changed starts again from it. In provisioned mode
+    /// that is a pass per change (the data plane acknowledges every snapshot), which
+    /// translated everything again only to apply the acknowledgement.
+    status: Arc<gatehouse_translate::Status>,
 }
 
 impl LastTranslation {
-    /// Translate would give the same output for `snapshot` and `options`, and publishing it
-    /// with `serving` would give the same status, readiness and metrics.
-    fn reads_the_same(
-        &self,
-        snapshot: &SourceSnapshot,
-        options: &TranslateOptions,
-        serving: &Serving,
-    ) -> bool {
+    /// Translate would give the same output for `snapshot` and `options`. What serves may
+    /// differ: it only changes the status stamped on that output (`Translated::Restamped`).
+    fn translates_the_same(&self, snapshot: &SourceSnapshot, options: &TranslateOptions) -> bool {
         let last = &self.snapshot;
         self.options == *options
-            && self.serving == *serving
             && last.errors == snapshot.errors
             && last.warnings == snapshot.warnings
             && last.pending == snapshot.pending
@@ -495,17 +515,20 @@ async fn publish(
     state: &ControlState,
     publisher: &dyn Publisher,
     snapshot: &SourceSnapshot,
-    output: Output,
+    config: Option<ir::Config>,
+    mut status: gatehouse_translate::Status,
     started: Instant,
     mut times: PassTimes,
 ) -> Serving {
     let errors = snapshot.errors.clone();
     state.metrics.source_errors.set(errors.len() as i64);
     let previous = state.published.load_full();
-    let (config_changed, compare) = timed(|| *previous.config != output.config);
+    // `None`: the configuration is the one published (nothing translate reads changed).
+    let (changed, compare) = timed(|| config.filter(|config| *previous.config != *config));
     times.compare = compare;
-    let (config, applied) = if config_changed {
-        let config = Arc::new(output.config);
+    let config_changed = changed.is_some();
+    let (config, applied) = if let Some(config) = changed {
+        let config = Arc::new(config);
         let t = Instant::now();
         let applied = publisher.apply(Arc::clone(&config)).await;
         times.apply = Some(t.elapsed());
@@ -519,7 +542,6 @@ async fn publish(
     let serving = publisher.serving();
 
     let t = Instant::now();
-    let mut status = output.status;
     gatehouse_translate::serving::apply(&mut status, &config, &serving);
     let unstamped_routes: Vec<_> = status.routes.values().cloned().collect();
     gatehouse_translate::stamp_status_since(
@@ -722,5 +744,139 @@ mod tests {
             (18..=21).contains(&unpaused),
             "{unpaused} passes before the first pause"
         );
+    }
+}
+
+/// Passes in which only what serves changed stamp the last translation's status again.
+#[cfg(test)]
+mod restamp_tests {
+    use super::*;
+    use gatehouse_testkit::manifests::{self, Listener};
+    use prometheus_client::registry::Registry;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct FixedSource(SourceSnapshot);
+
+    impl Source for FixedSource {
+        fn changed(&mut self) -> impl Future<Output = ()> + Send {
+            std::future::pending()
+        }
+
+        fn snapshot(&mut self) -> SourceSnapshot {
+            self.0.clone()
+        }
+    }
+
+    /// What serves is whatever the test sets; counts the configurations applied.
+    #[derive(Default)]
+    struct TestPublisher {
+        serving: Mutex<Serving>,
+        applied: AtomicUsize,
+    }
+
+    impl Publisher for TestPublisher {
+        fn apply(&self, _config: Arc<ir::Config>) -> BoxFuture<'_, Applied> {
+            self.applied.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Applied::default() })
+        }
+
+        fn serving(&self) -> Serving {
+            self.serving.lock().unwrap().clone()
+        }
+
+        fn changed(&self) -> BoxFuture<'_, ()> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn gateway() -> ObjectKey {
+        ObjectKey::new("default".to_string(), "gw".to_string())
+    }
+
+    /// The Gateway's Programmed condition: status, reason, message.
+    fn programmed(state: &ControlState) -> (String, String, String) {
+        let published = state.published.load_full();
+        let conditions = published.status.gateways[&gateway()]
+            .conditions
+            .clone()
+            .unwrap_or_default();
+        let c = conditions
+            .into_iter()
+            .find(|c| c.type_ == "Programmed")
+            .expect("a Programmed condition");
+        (c.status, c.reason, c.message)
+    }
+
+    fn translated_routes(state: &ControlState) -> u64 {
+        let routes = &state.metrics.translate_routes;
+        ["reused", "translated"]
+            .into_iter()
+            .map(|result| routes.get_or_create(&ResultLabel { result }).get())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_change_of_what_serves_is_stamped_without_translating() {
+        let input = manifests::input(
+            &[
+                manifests::gateway_class(),
+                manifests::gateway("gw", &[Listener::http("web", 80)]),
+                manifests::http_route(
+                    "r",
+                    "gw",
+                    "  rules: [{backendRefs: [{name: svc, port: 80}]}]",
+                ),
+            ]
+            .join("---\n"),
+        );
+        let snapshot = SourceSnapshot {
+            input: Arc::new(input),
+            ..SourceSnapshot::default()
+        };
+        let publisher = Arc::new(TestPublisher::default());
+        let state = ControlState::new(&mut Registry::default());
+        let mut reconciler = Reconciler::new(
+            FixedSource(snapshot),
+            TranslateOptions::default(),
+            publisher.clone(),
+            state.clone(),
+        );
+        assert!(reconciler.reconcile().await, "the first pass translates");
+        assert_eq!(programmed(&state).0, "True");
+        let generation = state.published.load().generation;
+        let routes = translated_routes(&state);
+        assert_eq!(routes, 1);
+
+        // The data plane stops serving it: status says so, from the last translation.
+        *publisher.serving.lock().unwrap() = Serving {
+            not_serving: BTreeMap::from([(gateway(), "no replica is connected".to_string())]),
+            ..Serving::default()
+        };
+        assert!(!reconciler.reconcile().await, "only what serves changed");
+        let (status, reason, message) = programmed(&state);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "Pending"));
+        assert!(message.contains("no replica is connected"), "{message}");
+        assert_eq!(
+            translated_routes(&state),
+            routes,
+            "no route translated again"
+        );
+        assert_eq!(state.published.load().generation, generation);
+        assert_eq!(
+            publisher.applied.load(Ordering::SeqCst),
+            1,
+            "nothing applied again"
+        );
+
+        // It serves again.
+        *publisher.serving.lock().unwrap() = Serving::default();
+        assert!(!reconciler.reconcile().await);
+        assert_eq!(programmed(&state).0, "True");
+        // Nothing changed at all: the pass reuses the last one.
+        assert!(!reconciler.reconcile().await);
+        assert_eq!(programmed(&state).0, "True");
+        assert_eq!(translated_routes(&state), routes);
+        assert_eq!(publisher.applied.load(Ordering::SeqCst), 1);
     }
 }
