@@ -10,6 +10,10 @@
 //! changed object, as a store gives it) and translates with [`translate_reusing`], as the
 //! reconcile loop does; it also prints the memory the kept work holds between passes (run it
 //! with `_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0` for that figure to be the heap's).
+//!
+//! With `add` instead, passes add one more route and remove it again in turn, reusing, as
+//! `bench/controlplane/standalone` changes the routes: the pass of a new route at N existing.
+//! On a machine shared with others, compare the minimums (and p10) of runs taken in turn.
 
 use gatehouse_testkit::manifests::{self, Listener};
 use gatehouse_translate::{Options, Reuse, translate, translate_reusing};
@@ -24,33 +28,36 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let routes: usize = args.next().map_or(5000, |a| a.parse().expect("ROUTES"));
     let passes: usize = args.next().map_or(50, |a| a.parse().expect("PASSES"));
-    let reuse = match args.next().as_deref() {
-        None => None,
-        Some("reuse") => Some(Reuse::default()),
-        Some(other) => panic!("unknown mode {other}: only `reuse`"),
+    assert!(passes > 0, "PASSES: at least one");
+    let mode = args.next();
+    let (mut reuse, add) = match mode.as_deref() {
+        None => (None, false),
+        Some("reuse") => (Some(Reuse::default()), false),
+        Some("add") => (Some(Reuse::default()), true),
+        Some(other) => panic!("unknown mode {other}: `reuse` or `add`"),
     };
     let mut docs = vec![
         manifests::gateway_class(),
         manifests::gateway("gw", &[Listener::http("web", 8080).from_all()]),
         manifests::service("svc", &["10.0.0.1:9000".parse().unwrap()], None),
     ];
-    for i in 0..routes {
-        docs.push(manifests::http_route(
-            &format!("r{i}"),
-            "gw",
-            &format!(
-                "  hostnames: [r{i}.example.com]\n  rules: [{{matches: [{{path: {{type: PathPrefix, value: /}}}}], backendRefs: [{{name: svc, port: 80}}]}}]"
-            ),
-        ));
-    }
+    docs.extend((0..routes).map(|i| route(&format!("r{i}"))));
     let mut input = manifests::input(&docs.join("---\n"));
+    let added = manifests::input(&route("new"))
+        .http_routes
+        .pop()
+        .expect("a route");
     let options = Options::default();
-    let mut total = Duration::ZERO;
-    let mut min = Duration::MAX;
+    let mut times = Vec::with_capacity(passes);
     let mut held = None;
-    let mut reuse = reuse;
     for pass in 0..passes {
-        if reuse.is_some() && routes > 0 {
+        if add {
+            if pass % 2 == 0 {
+                input.http_routes.push(Arc::clone(&added));
+            } else {
+                input.http_routes.pop();
+            }
+        } else if reuse.is_some() && routes > 0 {
             let i = pass % routes;
             input.http_routes[i] = Arc::new((*input.http_routes[i]).clone());
         }
@@ -59,23 +66,27 @@ fn main() {
             Some(reuse) => translate_reusing(&input, &options, reuse),
             None => translate(&input, &options),
         };
-        let took = t.elapsed();
-        std::hint::black_box(out);
-        total += took;
-        min = min.min(took);
+        times.push(t.elapsed());
+        // Dropped outside the timing, as the reconcile loop keeps it until the next pass.
+        drop(out);
         if pass + 1 == passes {
             held = reuse.as_ref().map(|_| allocated());
         }
     }
-    let mode = if reuse.is_some() {
-        ", one route changed per pass, reusing"
-    } else {
-        ""
+    let mode = match (&reuse, add) {
+        (Some(_), true) => ", one route added and removed in turn, reusing",
+        (Some(_), false) => ", one route changed per pass, reusing",
+        (None, _) => "",
     };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mean = ms(times.iter().sum::<Duration>()) / passes.max(1) as f64;
+    times.sort();
+    let at = |q: usize| ms(times[(times.len() - 1) * q / 100]);
     println!(
-        "{routes} routes{mode}: translate mean {:.2} ms, min {:.2} ms over {passes} passes",
-        total.as_secs_f64() * 1000.0 / passes as f64,
-        min.as_secs_f64() * 1000.0
+        "{routes} routes{mode}: translate mean {mean:.2} ms, min {:.2} p10 {:.2} p50 {:.2} ms over {passes} passes",
+        at(0),
+        at(10),
+        at(50)
     );
     if let Some(held) = held {
         drop(reuse);
@@ -86,6 +97,17 @@ fn main() {
             held.saturating_sub(without) as f64 / routes.max(1) as f64
         );
     }
+}
+
+/// A route to the Service with a hostname of its own.
+fn route(name: &str) -> String {
+    manifests::http_route(
+        name,
+        "gw",
+        &format!(
+            "  hostnames: [{name}.example.com]\n  rules: [{{matches: [{{path: {{type: PathPrefix, value: /}}}}], backendRefs: [{{name: svc, port: 80}}]}}]"
+        ),
+    )
 }
 
 /// The process's anonymous resident memory: its heap, as close as jemalloc lets it be when
