@@ -74,6 +74,73 @@ pub(crate) struct Compiler<'a> {
     pub default_timeout: Option<Duration>,
     /// What this apply contained so far.
     pub diagnostics: Vec<Diagnostic>,
+    /// What the last apply compiled from each virtual host.
+    pub hosts: &'a mut CompiledHosts,
+}
+
+/// The route tables the last apply compiled, by listener and hostname, with the matches each
+/// was compiled from. Translate shares each match between the route's rule and every virtual
+/// host entry made from it (`Arc`), so a host whose entries hold the same match objects as
+/// last time (a change elsewhere, or a route added before it, which only moves its rules'
+/// indices) takes its table again without compiling or even reading them: a pass that adds one
+/// route compiles one host instead of thousands. The matches are held, so no other match can
+/// take their addresses while a table is kept. A configuration decoded afresh (a provisioned
+/// data plane's snapshot) shares nothing and compiles every host, as before.
+#[derive(Default)]
+pub(crate) struct CompiledHosts {
+    apply: u64,
+    listeners: HashMap<(Arc<str>, String), KeptListener>,
+}
+
+#[derive(Default)]
+struct KeptListener {
+    /// The last apply that compiled the listener.
+    apply: u64,
+    /// By hostname (foldhash: looked up for every host of every apply).
+    hosts: HashMap<String, KeptTable, foldhash::fast::RandomState>,
+}
+
+struct KeptTable {
+    /// The last apply that used it.
+    apply: u64,
+    matchers: Box<[Arc<ir::HttpMatch>]>,
+    table: Arc<RouteTable>,
+}
+
+impl KeptTable {
+    fn compiled_from(&self, vhost: &ir::VirtualHost) -> bool {
+        self.matchers.len() == vhost.routes.len()
+            && self
+                .matchers
+                .iter()
+                .zip(&vhost.routes)
+                .all(|(m, e)| Arc::ptr_eq(m, &e.matcher))
+    }
+}
+
+impl CompiledHosts {
+    /// A listener's kept tables, taken out while its hosts are compiled.
+    fn take(&mut self, gateway: &Arc<str>, name: &str) -> KeptListener {
+        self.listeners
+            .remove(&(gateway.clone(), name.to_owned()))
+            .unwrap_or_default()
+    }
+
+    /// Puts a listener's tables back, only those this apply used.
+    fn put(&mut self, gateway: &Arc<str>, name: &str, mut kept: KeptListener) {
+        let apply = self.apply;
+        kept.apply = apply;
+        kept.hosts.retain(|_, t| t.apply == apply);
+        self.listeners
+            .insert((gateway.clone(), name.to_owned()), kept);
+    }
+
+    /// After an apply: listeners it did not compile are let go.
+    fn finish(&mut self) {
+        let apply = self.apply;
+        self.listeners.retain(|_, l| l.apply == apply);
+        self.apply += 1;
+    }
 }
 
 type Certificates = HashMap<String, Arc<LoadedCert>>;
@@ -190,6 +257,7 @@ impl Compiler<'_> {
         // Registries and caches only keep what this configuration still uses.
         self.upstreams.finish_apply();
         self.tls.finish();
+        self.hosts.finish();
         tables
     }
 
@@ -400,38 +468,53 @@ impl Compiler<'_> {
             })
             .collect::<Vec<_>>();
         let mut vhosts = HostTable::with_capacity(listener.virtual_hosts.len());
+        let mut entry_rules = Vec::new();
+        let apply = self.hosts.apply;
+        let mut kept = self.hosts.take(gateway, &listener.name);
         for vhost in &listener.virtual_hosts {
-            let mut routes = Vec::with_capacity(vhost.routes.len());
-            for entry in &vhost.routes {
-                let Some(rule) = listener.rules.get(entry.rule) else {
-                    self.contain(
-                        format!("gateway {gateway} listener {}", listener.name),
-                        format_args!(
-                            "route entry points past the listener's rules (rule {}); ignored",
-                            entry.rule
-                        ),
-                    );
-                    continue;
-                };
-                match RequestMatcher::try_from(&entry.matcher) {
-                    Ok(matcher) => routes.push(CompiledRoute {
-                        matcher,
-                        rule: entry.rule,
-                    }),
-                    Err(error) => self.contain(
-                        format!("route {}", rule.route.key()),
-                        format_args!("a match cannot be compiled ({error}); it never matches"),
-                    ),
+            // Each entry's rule, by its position in the host (the table's routes name those).
+            let base = entry_rules.len();
+            let in_range = vhost.routes.iter().all(|e| e.rule < listener.rules.len());
+            entry_rules.extend(vhost.routes.iter().map(|e| e.rule));
+            let same = kept
+                .hosts
+                .get_mut(vhost.hostname.as_str())
+                .filter(|k| in_range && k.compiled_from(vhost));
+            let routes = match same {
+                Some(same) => {
+                    same.apply = apply;
+                    Arc::clone(&same.table)
                 }
-            }
-            let routes = RouteTable::new(routes);
-            if !vhosts.insert(Some(&vhost.hostname), CompiledVhost { routes }) {
+                None => {
+                    let (table, clean) = self.vhost(gateway, listener, vhost);
+                    if clean {
+                        let table = KeptTable {
+                            apply,
+                            matchers: vhost
+                                .routes
+                                .iter()
+                                .map(|e| Arc::clone(&e.matcher))
+                                .collect(),
+                            table: Arc::clone(&table),
+                        };
+                        match kept.hosts.get_mut(vhost.hostname.as_str()) {
+                            Some(k) => *k = table,
+                            None => {
+                                kept.hosts.insert(vhost.hostname.clone(), table);
+                            }
+                        }
+                    }
+                    table
+                }
+            };
+            if !vhosts.insert(Some(&vhost.hostname), CompiledVhost { routes, base }) {
                 self.contain(
                     format!("gateway {gateway} listener {}", listener.name),
                     format_args!("duplicate virtual host {}; ignored", vhost.hostname),
                 );
             }
         }
+        self.hosts.put(gateway, &listener.name, kept);
         let mode = match listener.protocol {
             ir::ListenerProtocol::Http => ListenerMode::Http,
             ir::ListenerProtocol::Https => ListenerMode::Terminate {
@@ -470,6 +553,7 @@ impl Compiler<'_> {
         CompiledListener {
             filters,
             vhosts,
+            entry_rules: entry_rules.into_boxed_slice(),
             rules,
             unmatched: RouteMetrics::new(gateway.clone(), Arc::from(""), 404),
             mode,
@@ -478,6 +562,43 @@ impl Compiler<'_> {
             l4_route,
             handshakes,
         }
+    }
+
+    /// The route table of one virtual host, and whether nothing in it was contained: only
+    /// then is it kept for the next apply (a problem's report names the rule's route, which
+    /// the next apply may have changed, and must be made again).
+    fn vhost(
+        &mut self,
+        gateway: &Arc<str>,
+        listener: &ir::Listener,
+        vhost: &ir::VirtualHost,
+    ) -> (Arc<RouteTable>, bool) {
+        let contained = self.diagnostics.len();
+        let mut routes = Vec::with_capacity(vhost.routes.len());
+        for (position, entry) in vhost.routes.iter().enumerate() {
+            let Some(rule) = listener.rules.get(entry.rule) else {
+                self.contain(
+                    format!("gateway {gateway} listener {}", listener.name),
+                    format_args!(
+                        "route entry points past the listener's rules (rule {}); ignored",
+                        entry.rule
+                    ),
+                );
+                continue;
+            };
+            match RequestMatcher::try_from(&*entry.matcher) {
+                Ok(matcher) => routes.push(CompiledRoute {
+                    matcher,
+                    entry: position,
+                }),
+                Err(error) => self.contain(
+                    format!("route {}", rule.route.key()),
+                    format_args!("a match cannot be compiled ({error}); it never matches"),
+                ),
+            }
+        }
+        let table = Arc::new(RouteTable::new(routes));
+        (table, self.diagnostics.len() == contained)
     }
 
     fn l4_route(
@@ -632,5 +753,151 @@ impl Compiler<'_> {
             numerator: m.numerator,
             denominator: m.denominator.max(1),
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matchers::{LazyQuery, RequestView};
+    use gatehouse_testkit::ir::*;
+
+    fn host(name: &str, entries: Vec<ir::RouteEntry>) -> ir::VirtualHost {
+        ir::VirtualHost {
+            hostname: name.into(),
+            routes: entries,
+        }
+    }
+
+    /// Compiles `config` (one listener) with the kept hosts: its compiled listener, and what
+    /// was contained.
+    fn compile(config: &ir::Config, hosts: &mut CompiledHosts) -> (CompiledListener, Vec<String>) {
+        let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+        let upstreams = Upstreams::new(&crate::Options::default());
+        let mut tls = TlsCache::default();
+        let mut compiler = Compiler {
+            metrics: &metrics,
+            upstreams: &upstreams,
+            tls: &mut tls,
+            default_timeout: None,
+            diagnostics: Vec::new(),
+            hosts,
+        };
+        let mut sockets = compiler.compile(config);
+        let key = *sockets.keys().next().unwrap();
+        let listener = sockets.remove(&key).unwrap().listeners.remove(0);
+        let problems = compiler.diagnostics.iter().map(|d| d.to_string()).collect();
+        (listener, problems)
+    }
+
+    fn table<'l>(l: &'l CompiledListener, host: &str) -> &'l Arc<RouteTable> {
+        &l.vhosts.get(host).unwrap().routes
+    }
+
+    /// The route of the rule a GET of `path` on `host` takes.
+    fn routed(l: &CompiledListener, host: &str, path: &str) -> String {
+        let headers = http::HeaderMap::new();
+        let mut view = RequestView {
+            method: &http::Method::GET,
+            path,
+            headers: &headers,
+            query: LazyQuery::new(None),
+        };
+        let vhost = l.vhosts.get(host).unwrap();
+        let route = vhost.routes.find(&mut view).unwrap();
+        let rule = vhost.rule(l, route);
+        l.rules
+            .iter()
+            .position(|r| std::ptr::eq(r, rule))
+            .map(|i| format!("rule {i}"))
+            .unwrap()
+    }
+
+    /// A virtual host whose matches are the objects it was compiled from keeps its table, also
+    /// when its rules moved in the listener; a host with new match objects, one decoded
+    /// afresh, or one whose rules are no longer all there is compiled again.
+    #[test]
+    fn a_host_with_the_same_matches_keeps_its_table() {
+        let endpoint = "127.0.0.1:9".parse().unwrap();
+        let mut l = listener(
+            8080,
+            None,
+            vec![
+                rule("a", vec![to_cluster("c")], vec![]),
+                rule("b", vec![to_cluster("c")], vec![]),
+            ],
+            vec![],
+        );
+        l.virtual_hosts = vec![
+            host("a.example", vec![prefix("/", 0)]),
+            host("b.example", vec![prefix("/b", 1), prefix("/", 0)]),
+        ];
+        let first = config(vec![l], vec![http1("c", vec![endpoint])]);
+        let mut kept = CompiledHosts::default();
+        let (before, problems) = compile(&first, &mut kept);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(routed(&before, "b.example", "/b"), "rule 1");
+
+        // A route added before the others: every rule moves up one. b's entries are new
+        // objects (the same matches, as a route changed and back would give).
+        let mut second = first.clone();
+        let l = &mut second.gateways[0].listeners[0];
+        l.rules
+            .insert(0, rule("new", vec![to_cluster("c")], vec![]));
+        for vhost in &mut l.virtual_hosts {
+            for entry in &mut vhost.routes {
+                entry.rule += 1;
+            }
+        }
+        for entry in &mut l.virtual_hosts[1].routes {
+            entry.matcher = Arc::new((*entry.matcher).clone());
+        }
+        let (after, _) = compile(&second, &mut kept);
+        assert!(Arc::ptr_eq(
+            table(&before, "a.example"),
+            table(&after, "a.example")
+        ));
+        assert!(!Arc::ptr_eq(
+            table(&before, "b.example"),
+            table(&after, "b.example")
+        ));
+        // The kept table finds its rule where it moved to.
+        assert_eq!(routed(&after, "a.example", "/"), "rule 1");
+        assert_eq!(routed(&after, "b.example", "/b"), "rule 2");
+        assert_eq!(routed(&after, "b.example", "/x"), "rule 1");
+
+        // A snapshot decoded from the wire shares nothing: every match a new object.
+        let mut decoded = second.clone();
+        for vhost in &mut decoded.gateways[0].listeners[0].virtual_hosts {
+            for entry in &mut vhost.routes {
+                entry.matcher = Arc::new((*entry.matcher).clone());
+            }
+        }
+        let (fresh, _) = compile(&decoded, &mut kept);
+        assert!(!Arc::ptr_eq(
+            table(&after, "a.example"),
+            table(&fresh, "a.example")
+        ));
+
+        // The same matches, but the listener lost a rule b names: b is compiled again and the
+        // entry that points past the rules is reported.
+        let mut shrunk = decoded.clone();
+        shrunk.gateways[0].listeners[0].rules.truncate(2);
+        let (small, problems) = compile(&shrunk, &mut kept);
+        assert!(Arc::ptr_eq(
+            table(&fresh, "a.example"),
+            table(&small, "a.example")
+        ));
+        assert!(!Arc::ptr_eq(
+            table(&fresh, "b.example"),
+            table(&small, "b.example")
+        ));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("points past"), "{problems:?}");
+        assert_eq!(routed(&small, "b.example", "/b"), "rule 1");
+
+        // A host with a contained problem is not kept: its report is made again.
+        let (_, again) = compile(&shrunk, &mut kept);
+        assert_eq!(again, problems);
     }
 }

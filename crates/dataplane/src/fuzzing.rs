@@ -216,10 +216,10 @@ pub fn router(matches: &[ir::HttpMatch], request: &Request<'_>) {
     let routes: Vec<CompiledRoute> = matches
         .iter()
         .enumerate()
-        .filter_map(|(rule, m)| {
+        .filter_map(|(entry, m)| {
             RequestMatcher::try_from(m)
                 .ok()
-                .map(|matcher| CompiledRoute { matcher, rule })
+                .map(|matcher| CompiledRoute { matcher, entry })
         })
         .collect();
     let Ok(method) = Method::from_bytes(request.method.as_bytes()) else {
@@ -243,9 +243,9 @@ pub fn router(matches: &[ir::HttpMatch], request: &Request<'_>) {
     let linear = routes
         .iter()
         .find(|r| r.matcher.matches(&mut view()))
-        .map(|r| r.rule);
+        .map(|r| r.entry);
     let table = RouteTable::new(routes);
-    let indexed = table.find(&mut view()).map(|r| r.rule);
+    let indexed = table.find(&mut view()).map(|r| r.entry);
     assert_eq!(indexed, linear, "{request:?}");
 }
 
@@ -257,7 +257,7 @@ pub fn compiles(config: &ir::Config) {
         for listener in &gateway.listeners {
             for host in &listener.virtual_hosts {
                 for entry in &host.routes {
-                    if let Err(e) = RequestMatcher::try_from(&entry.matcher) {
+                    if let Err(e) = RequestMatcher::try_from(&*entry.matcher) {
                         panic!("translate emitted a match the data plane refuses: {e}: {entry:?}");
                     }
                 }

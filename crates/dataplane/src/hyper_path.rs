@@ -296,13 +296,10 @@ pub(crate) async fn handle(
             conn.route(&table, host, &mut view)
         };
         match routed {
-            Routed::Matched(listener, route) => {
-                let rule = &listener.rules[route.rule];
-                (
-                    &rule.metrics,
-                    forward(&conn, rule, route, host, req, grpc).await,
-                )
-            }
+            Routed::Matched(route, rule) => (
+                &rule.metrics,
+                forward(&conn, rule, route, host, req, grpc).await,
+            ),
             Routed::Refused(refusal) => (refusal.metrics, generated(refusal.status, refusal.text)),
         }
     };

@@ -283,6 +283,8 @@ pub struct DataPlane {
     apply_lock: tokio::sync::Mutex<()>,
     /// Certificates and TLS configurations kept across applies (control path only).
     tls: Mutex<tls::TlsCache>,
+    /// Route tables kept across applies, by virtual host (control path only).
+    hosts: Mutex<compile::CompiledHosts>,
     /// The idle upstream connection sweeper and the bind retrier run (started by the first
     /// apply).
     background: std::sync::Once,
@@ -425,6 +427,7 @@ impl DataPlane {
             sockets: Mutex::new(HashMap::new()),
             apply_lock: tokio::sync::Mutex::new(()),
             tls: Mutex::new(tls::TlsCache::default()),
+            hosts: Mutex::new(compile::CompiledHosts::default()),
             background: std::sync::Once::new(),
             pending: Mutex::new(HashMap::new()),
             pending_changed: tokio::sync::watch::channel(()).0,
@@ -467,7 +470,9 @@ impl DataPlane {
         });
         let (tables, diagnostics) = {
             let mut tls = self.tls.lock().unwrap_or_else(|e| e.into_inner());
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
             let mut compiler = compile::Compiler {
+                hosts: &mut hosts,
                 metrics: &self.shared.metrics,
                 upstreams: &self.shared.upstreams,
                 tls: &mut tls,

@@ -9,7 +9,7 @@ pub(crate) use index::RouteTable;
 use crate::headers::RequestHeaders;
 use crate::matchers::RequestView;
 use crate::metrics::RouteMetrics;
-use crate::table::{CompiledListener, CompiledRoute, SocketTable};
+use crate::table::{CompiledRoute, CompiledRule, SocketTable};
 use http::StatusCode;
 use std::collections::HashMap;
 
@@ -121,7 +121,7 @@ pub(crate) fn normalize_host<'b>(raw: &str, buf: &'b mut [u8; MAX_HOST_LEN]) -> 
 
 /// The outcome of routing one request on one socket.
 pub(crate) enum Routed<'t> {
-    Matched(&'t CompiledListener, &'t CompiledRoute),
+    Matched(&'t CompiledRoute, &'t CompiledRule),
     /// No route takes the request: Gatehouse answers it itself.
     Refused(Refusal<'t>),
 }
@@ -168,12 +168,12 @@ pub(crate) fn route<'t, H: RequestHeaders + ?Sized>(
     let Some(listener) = listener.and_then(|i| table.listeners.get(i)) else {
         return Routed::Refused(Refusal::not_found(&table.unmatched));
     };
-    let route = listener
-        .vhosts
-        .get(host)
-        .and_then(|vhost| vhost.routes.find(req));
+    let route = listener.vhosts.get(host).and_then(|vhost| {
+        let route = vhost.routes.find(req)?;
+        Some((route, vhost.rule(listener, route)))
+    });
     match route {
-        Some(route) => Routed::Matched(listener, route),
+        Some((route, rule)) => Routed::Matched(route, rule),
         None => Routed::Refused(Refusal::not_found(&listener.unmatched)),
     }
 }

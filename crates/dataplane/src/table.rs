@@ -68,6 +68,9 @@ pub(crate) struct SocketTable {
 #[derive(Debug)]
 pub(crate) struct CompiledListener {
     pub vhosts: HostTable<CompiledVhost>,
+    /// The rule of each entry of every virtual host, the hosts one after another: an index
+    /// into `rules` (checked at compile time).
+    pub entry_rules: Box<[usize]>,
     pub rules: Vec<CompiledRule>,
     /// Metrics for requests this listener takes but no route matches.
     pub unmatched: RouteMetrics,
@@ -110,14 +113,30 @@ pub(crate) struct CompiledTlsRoute {
 #[derive(Debug)]
 pub(crate) struct CompiledVhost {
     /// In precedence order, with exact-header indexes over long runs of header matches.
-    pub routes: RouteTable,
+    /// Shared with the next apply's table while the host's matches are the same objects
+    /// ([`crate::compile::CompiledHosts`]). Its routes name their entry in the host, not a
+    /// rule, so that a table stays right when its rules move in the listener.
+    pub routes: Arc<RouteTable>,
+    /// Where the host's entries start in [`CompiledListener::entry_rules`].
+    pub base: usize,
+}
+
+impl CompiledVhost {
+    /// The rule of one of this host's routes.
+    pub(crate) fn rule<'l>(
+        &self,
+        listener: &'l CompiledListener,
+        route: &CompiledRoute,
+    ) -> &'l CompiledRule {
+        &listener.rules[listener.entry_rules[self.base + route.entry]]
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct CompiledRoute {
     pub matcher: RequestMatcher,
-    /// Index into [`CompiledListener::rules`], checked at compile time.
-    pub rule: usize,
+    /// The position of its entry in the virtual host ([`CompiledVhost::rule`] finds the rule).
+    pub entry: usize,
 }
 
 #[derive(Debug)]

@@ -411,13 +411,13 @@ async fn many_header_matches_take_the_first_in_precedence_order() {
     let rules: Vec<HttpRule> = (0..=50).map(tagged).collect();
     let mut entries: Vec<RouteEntry> = (0..50)
         .map(|i| RouteEntry {
-            matcher: HttpMatch {
+            matcher: std::sync::Arc::new(HttpMatch {
                 headers: vec![HeaderMatch {
                     name: "X-Match".into(),
                     value: StringMatch::Exact(format!("value-{i}")),
                 }],
                 ..HttpMatch::default()
-            },
+            }),
             rule: i,
         })
         .collect();
@@ -955,10 +955,10 @@ async fn contained_problems_are_diagnostics_and_the_rest_serves() {
         ..Default::default()
     });
     let regex_entry = RouteEntry {
-        matcher: HttpMatch {
+        matcher: std::sync::Arc::new(HttpMatch {
             path: PathMatch::Regex("/(".into()),
             ..Default::default()
-        },
+        }),
         rule: 0,
     };
     let mut l = listener(

@@ -169,7 +169,10 @@ pub struct VirtualHost {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteEntry {
-    pub matcher: HttpMatch,
+    /// Shared with the route's translated rule: a pass builds its virtual hosts without
+    /// copying any match, and the data plane knows a host whose matches are the same objects
+    /// as last time without reading them (serialised as the match itself).
+    pub matcher: Arc<HttpMatch>,
     /// Index into [`Listener::rules`].
     pub rule: usize,
 }

@@ -36,10 +36,10 @@ pub fn rule(route: &str, backends: Vec<WeightedBackend>, filters: Vec<HttpFilter
 
 pub fn prefix(path: &str, rule: usize) -> RouteEntry {
     RouteEntry {
-        matcher: HttpMatch {
+        matcher: std::sync::Arc::new(HttpMatch {
             path: PathMatch::Prefix(path.into()),
             ..HttpMatch::default()
-        },
+        }),
         rule,
     }
 }

@@ -22,7 +22,7 @@ pub struct Candidate<'a> {
     /// ([`hostname::origin_specificity`]): first in precedence among the candidates of one
     /// hostname.
     pub origin: (u8, Reverse<usize>),
-    pub matcher: &'a ir::HttpMatch,
+    pub matcher: &'a std::sync::Arc<ir::HttpMatch>,
     /// Index into the listener's rules.
     pub rule: usize,
     pub route_age: &'a crate::routes::RouteAge,

@@ -158,3 +158,85 @@ fn a_service_change_reworks_only_the_routes_that_name_it() {
     );
     assert!(out == translate(&input, &options));
 }
+
+/// Each virtual host entry's match, by listener, hostname and position.
+fn matches(
+    out: &gatehouse_translate::Output,
+) -> Vec<(
+    (String, String, usize),
+    std::sync::Arc<gatehouse_ir::HttpMatch>,
+)> {
+    let mut all = Vec::new();
+    for l in out.config.gateways.iter().flat_map(|g| &g.listeners) {
+        for v in &l.virtual_hosts {
+            for (i, e) in v.routes.iter().enumerate() {
+                all.push(((l.name.clone(), v.hostname.clone(), i), e.matcher.clone()));
+            }
+        }
+    }
+    all
+}
+
+/// How many of `after`'s entries hold `before`'s match object at the same place, of how many.
+fn shared_matches(
+    before: &gatehouse_translate::Output,
+    after: &gatehouse_translate::Output,
+) -> (usize, usize) {
+    let before = matches(before);
+    let after = matches(after);
+    let shared = after
+        .iter()
+        .filter(|(at, m)| {
+            before
+                .iter()
+                .any(|(b_at, b)| b_at == at && std::sync::Arc::ptr_eq(b, m))
+        })
+        .count();
+    (shared, after.len())
+}
+
+/// A route added shares every other route's match objects with the last pass's entries, also
+/// when it is attached before them and every rule index moves: the data plane takes each of
+/// those hosts' compiled tables again by these pointers (`CompiledHosts`).
+#[test]
+fn a_route_added_leaves_the_other_hosts_matches_shared() {
+    let options = Options::default();
+    let mut input = base();
+    let mut reuse = Reuse::default();
+    let first = translate_reusing(&input, &options, &mut reuse);
+    // Both listeners serve every route's name (the second one's *.example.com covers them).
+    let entries = 2 * changes::ROUTES;
+    assert_eq!(matches(&first).len(), entries);
+
+    // Of the same age as the others (none given) and first by name: attached first, its rule
+    // takes index 0 and every other rule moves up one.
+    input
+        .http_routes
+        .extend(gatehouse_testkit::manifests::input(&gatehouse_testkit::manifests::http_route(
+            "aa",
+            "gw",
+            "  hostnames: [aa.example.com]\n  rules: [{matches: [{path: {type: PathPrefix, value: /}}], backendRefs: [{name: svc, port: 80}]}]",
+        ))
+        .http_routes);
+    let added = translate_reusing(&input, &options, &mut reuse);
+    assert!(added == translate(&input, &options));
+    let moved = |out: &gatehouse_translate::Output| {
+        let hosts = &out.config.gateways[0].listeners[0].virtual_hosts;
+        let r1 = hosts.iter().find(|v| v.hostname == "r1.example.com");
+        r1.unwrap().routes[0].rule
+    };
+    assert_eq!(moved(&added), moved(&first) + 1, "rules moved up one");
+    assert_eq!(shared_matches(&first, &added), (entries, entries + 2));
+
+    // A route changed is new work: its entries are new objects, the others' are kept.
+    changes::edit(&mut input.http_routes, 0, |r| {
+        r.spec.rules.as_mut().unwrap()[0].matches.as_mut().unwrap()[0]
+            .path
+            .as_mut()
+            .unwrap()
+            .value = Some("/changed".into());
+    });
+    let changed = translate_reusing(&input, &options, &mut reuse);
+    assert!(changed == translate(&input, &options));
+    assert_eq!(shared_matches(&added, &changed), (entries, entries + 2));
+}

@@ -278,8 +278,8 @@ where
                 query: LazyQuery::new(self.head.query()),
             },
         );
-        let (listener, route) = match routed {
-            Routed::Matched(listener, route) => (listener, route),
+        let (route, rule) = match routed {
+            Routed::Matched(route, rule) => (route, rule),
             Routed::Refused(refusal) => {
                 self.buf.consume(len);
                 let next = self
@@ -299,7 +299,6 @@ where
                 return next;
             }
         };
-        let rule = &listener.rules[route.rule];
         if rule.mirrored || rule.retry.is_some() || rule.authorized {
             // Mirrors copy the request body frame by frame, retries replay requests, and
             // ExternalAuth checks are awaited: the hyper path does all three.

@@ -266,10 +266,10 @@ mod tests {
     use gatehouse_ir as ir;
     use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
-    fn route(m: &ir::HttpMatch, rule: usize) -> CompiledRoute {
+    fn route(m: &ir::HttpMatch, entry: usize) -> CompiledRoute {
         CompiledRoute {
             matcher: RequestMatcher::try_from(m).unwrap(),
-            rule,
+            entry,
         }
     }
 
@@ -332,7 +332,7 @@ mod tests {
     }
 
     fn indexed(t: &RouteTable, req: &Req) -> Option<usize> {
-        t.find(&mut req.view()).map(|r| r.rule)
+        t.find(&mut req.view()).map(|r| r.entry)
     }
 
     /// The reference: every entry in order, as the router did before the index.
@@ -341,7 +341,7 @@ mod tests {
         t.routes()
             .iter()
             .find(|r| r.matcher.matches(&mut view))
-            .map(|r| r.rule)
+            .map(|r| r.entry)
     }
 
     #[test]

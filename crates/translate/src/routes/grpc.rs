@@ -64,9 +64,12 @@ fn rule(
     r: &GrpcRouteRules,
     ctx: &mut RuleCtx<'_, '_>,
 ) -> Result<RuleTemplate, String> {
-    let matches: Vec<ir::HttpMatch> = match r.matches.as_deref() {
-        None | Some([]) => vec![ir::HttpMatch::default()],
-        Some(list) => list.iter().map(grpc_match).collect::<Result<_, _>>()?,
+    let matches: Vec<std::sync::Arc<ir::HttpMatch>> = match r.matches.as_deref() {
+        None | Some([]) => vec![Default::default()],
+        Some(list) => list
+            .iter()
+            .map(|m| grpc_match(m).map(std::sync::Arc::new))
+            .collect::<Result<_, _>>()?,
     };
     let mut rule_filters = Vec::new();
     for f in r.filters.iter().flatten() {

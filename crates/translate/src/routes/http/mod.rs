@@ -66,7 +66,7 @@ fn duration_ms(what: &str, value: Option<&String>) -> Result<Option<u64>, String
     Ok((!d.is_zero()).then(|| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
 }
 
-fn all_prefix(matches: &[ir::HttpMatch]) -> bool {
+fn all_prefix(matches: &[std::sync::Arc<ir::HttpMatch>]) -> bool {
     matches
         .iter()
         .all(|m| matches!(m.path, ir::PathMatch::Prefix(_)))
@@ -82,11 +82,11 @@ fn rule(
     r: &HttpRouteRules,
     ctx: &mut RuleCtx<'_, '_>,
 ) -> Result<RuleTemplate, String> {
-    let matches: Vec<ir::HttpMatch> = match r.matches.as_deref() {
-        None | Some([]) => vec![ir::HttpMatch::default()],
+    let matches: Vec<std::sync::Arc<ir::HttpMatch>> = match r.matches.as_deref() {
+        None | Some([]) => vec![Default::default()],
         Some(list) => list
             .iter()
-            .map(matches::http_match)
+            .map(|m| matches::http_match(m).map(std::sync::Arc::new))
             .collect::<Result<_, _>>()?,
     };
     let mut rule_filters = Vec::new();

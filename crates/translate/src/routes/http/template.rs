@@ -6,7 +6,8 @@ use gatehouse_ir as ir;
 #[derive(Clone, Debug)]
 pub struct RuleTemplate {
     pub route: ir::RouteRef,
-    pub matches: Vec<ir::HttpMatch>,
+    /// Shared with every virtual host entry made from them ([`ir::RouteEntry::matcher`]).
+    pub matches: Vec<std::sync::Arc<ir::HttpMatch>>,
     pub filters: Vec<FilterTemplate>,
     pub backends: Vec<BackendTemplate>,
     pub timeouts: ir::Timeouts,
