@@ -70,30 +70,38 @@ fn match_key<'a>(c: &Candidate<'a>) -> MatchKey<'a> {
 pub fn virtual_hosts(candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
     // Each hostname's candidates, in precedence order: grouped first, then each group sorted
     // (stably) on its own. Candidates of different hosts are never compared, and a listener
-    // whose thousands of routes each have a name of their own sorts nothing.
-    let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
+    // whose thousands of routes each have a name of their own sorts nothing (and, with groups
+    // of one or two held inline, allocates nothing per host).
+    let mut by_host: HashMap<&str, Group> = HashMap::with_capacity(candidates.len());
     for (i, c) in candidates.iter().enumerate() {
         by_host.entry(c.hostname).or_default().push(i);
     }
     for group in by_host.values_mut().filter(|g| g.len() > 1) {
         group.sort_by_cached_key(|&i| match_key(&candidates[i]));
     }
-    let mut hosts: Vec<&str> = by_host.keys().copied().collect();
+    let mut hosts: Vec<(&str, &Group)> = by_host.iter().map(|(h, g)| (*h, g)).collect();
     // Names are distinct: an unstable sort gives the one order.
-    hosts.sort_unstable_by(|a, b| by_specificity(a, b));
-    let wildcards = wildcards(&hosts);
+    hosts.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
+    let wildcards = wildcards(hosts.iter().map(|(h, _)| *h));
+    // With no wildcard host and no `*`, every host is covered by itself alone, and nothing
+    // needs looking up.
+    let alone = wildcards.is_empty() && !by_host.contains_key("*");
     // The hosts covering the one being built (with their candidates), in one buffer for all:
     // a listener has thousands of hosts, most covered by themselves alone.
-    let mut general: Vec<(&str, &Vec<usize>)> = Vec::new();
+    let mut general: Vec<(&str, &Group)> = Vec::new();
     hosts
         .iter()
-        .map(|host| {
+        .map(|&(host, own)| {
             general.clear();
-            general.extend(
-                covering(host, &wildcards)
-                    .filter_map(|g| by_host.get_key_value(g).map(|(g, c)| (*g, c))),
-            );
-            general.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
+            if alone {
+                general.push((host, own));
+            } else {
+                general.extend(
+                    covering(host, &wildcards)
+                        .filter_map(|g| by_host.get_key_value(g).map(|(g, c)| (*g, c))),
+                );
+                general.sort_unstable_by(|a, b| by_specificity(a.0, b.0));
+            }
             let mut routes = Vec::with_capacity(general.iter().map(|(_, c)| c.len()).sum());
             routes.extend(
                 general
@@ -105,12 +113,15 @@ pub fn virtual_hosts(candidates: Vec<Candidate<'_>>) -> Vec<ir::VirtualHost> {
                     }),
             );
             ir::VirtualHost {
-                hostname: (*host).to_owned(),
+                hostname: host.to_owned(),
                 routes,
             }
         })
         .collect()
 }
+
+/// The candidates of one hostname (indices): most have one or two.
+type Group = smallvec::SmallVec<[usize; 2]>;
 
 /// Most specific first, then by name: the order hosts are listed and fall through in.
 fn by_specificity(a: &str, b: &str) -> Ordering {
@@ -121,13 +132,12 @@ fn by_specificity(a: &str, b: &str) -> Ordering {
 
 /// The wildcard hosts by what follows their `*` (`.example.com`): [`covering`] then finds a
 /// host's covering wildcards by slices of the host's own name, with no string built per host.
-fn wildcards<'h>(hosts: &[&'h str]) -> HashMap<&'h str, &'h str> {
+fn wildcards<'h>(hosts: impl Iterator<Item = &'h str>) -> HashMap<&'h str, &'h str> {
     hosts
-        .iter()
         .filter_map(|h| {
             h.strip_prefix('*')
                 .filter(|s| !s.is_empty())
-                .map(|s| (s, *h))
+                .map(|s| (s, h))
         })
         .collect()
 }
@@ -167,7 +177,7 @@ mod tests {
             "other.org",
             "*.org",
         ];
-        let wildcards = wildcards(&hosts);
+        let wildcards = wildcards(hosts.iter().copied());
         for specific in hosts {
             let mut found: Vec<String> = covering(specific, &wildcards)
                 .map(str::to_owned)
