@@ -41,6 +41,7 @@ mod matchers;
 mod metrics;
 mod mirror;
 pub mod path;
+mod reclaim;
 mod retry;
 mod router;
 mod stream;

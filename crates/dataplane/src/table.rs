@@ -200,6 +200,21 @@ pub(crate) struct Endpoint {
     pub health: Arc<EndpointHealth>,
 }
 
+/// Tables with fewer rules than this are freed where they are dropped: handing them over
+/// would cost about what freeing them does.
+const RECLAIM_RULES: usize = 256;
+
+impl Drop for SocketTable {
+    /// A large table's listeners are freed on the reclaiming thread ([`crate::reclaim`]):
+    /// the last holder may be a worker about to answer a request.
+    fn drop(&mut self) {
+        let rules: usize = self.listeners.iter().map(|l| l.rules.len()).sum();
+        if rules >= RECLAIM_RULES {
+            crate::reclaim::later(std::mem::take(&mut self.listeners));
+        }
+    }
+}
+
 impl SocketTable {
     /// The route of a TCP or UDP socket (it has one listener), if one is attached.
     pub(crate) fn l4_route(&self) -> Option<&Arc<crate::l4::L4Route>> {
