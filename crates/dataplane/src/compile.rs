@@ -794,8 +794,8 @@ mod tests {
         &l.vhosts.get(host).unwrap().routes
     }
 
-    /// The route of the rule a GET of `path` on `host` takes.
-    fn routed(l: &CompiledListener, host: &str, path: &str) -> String {
+    /// The index of the rule a GET of `path` on `host` takes, if any.
+    fn route_of(l: &CompiledListener, host: &str, path: &str) -> Option<usize> {
         let headers = http::HeaderMap::new();
         let mut view = RequestView {
             method: &http::Method::GET,
@@ -803,14 +803,14 @@ mod tests {
             headers: &headers,
             query: LazyQuery::new(None),
         };
-        let vhost = l.vhosts.get(host).unwrap();
-        let route = vhost.routes.find(&mut view).unwrap();
+        let vhost = l.vhosts.get(host)?;
+        let route = vhost.routes.find(&mut view)?;
         let rule = vhost.rule(l, route);
-        l.rules
-            .iter()
-            .position(|r| std::ptr::eq(r, rule))
-            .map(|i| format!("rule {i}"))
-            .unwrap()
+        l.rules.iter().position(|r| std::ptr::eq(r, rule))
+    }
+
+    fn routed(l: &CompiledListener, host: &str, path: &str) -> String {
+        format!("rule {}", route_of(l, host, path).unwrap())
     }
 
     /// A virtual host whose matches are the objects it was compiled from keeps its table, also
@@ -899,5 +899,108 @@ mod tests {
         // A host with a contained problem is not kept: its report is made again.
         let (_, again) = compile(&shrunk, &mut kept);
         assert_eq!(again, problems);
+    }
+
+    /// Over random sequences of configurations whose hosts reuse match objects from earlier
+    /// ones (with rules added, removed and moved, entries pointing past the rules, and
+    /// duplicate hosts), compiling with the kept tables routes every request as compiling
+    /// from nothing does, and reports the same problems.
+    #[test]
+    fn kept_tables_route_as_a_fresh_compile_over_random_changes() {
+        const HOSTS: [&str; 4] = ["a.example", "b.example", "c.example", "d.example"];
+        const PATHS: [&str; 5] = ["/", "/x", "/x/y/z", "/y", "/z"];
+        let endpoint = "127.0.0.1:9".parse().unwrap();
+        let mut reused = 0;
+        for seed in 0..200u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut pool: Vec<Arc<ir::HttpMatch>> = Vec::new();
+            let mut kept = CompiledHosts::default();
+            let mut last: HashMap<&str, Arc<RouteTable>> = HashMap::new();
+            let mut before: HashMap<&str, Vec<Arc<ir::HttpMatch>>> = HashMap::new();
+            for _ in 0..10 {
+                let rules = rng.usize(1..6);
+                let mut l = listener(
+                    8080,
+                    None,
+                    (0..rules)
+                        .map(|i| rule(&format!("r{i}"), vec![to_cluster("c")], vec![]))
+                        .collect(),
+                    vec![],
+                );
+                l.virtual_hosts.clear();
+                for name in HOSTS {
+                    if rng.usize(..5) == 0 {
+                        continue;
+                    }
+                    let copies = if rng.usize(..10) == 0 { 2 } else { 1 };
+                    for _ in 0..copies {
+                        let entry = |rng: &mut fastrand::Rng, matcher| {
+                            // Now and then past the rules.
+                            let past = usize::from(rng.usize(..8) == 0);
+                            ir::RouteEntry {
+                                matcher,
+                                rule: rng.usize(..rules + past),
+                            }
+                        };
+                        let routes: Vec<ir::RouteEntry> = match before.get(name) {
+                            // The host's last matches again, their rules anywhere now.
+                            Some(matchers) if rng.bool() => matchers
+                                .iter()
+                                .map(|m: &Arc<ir::HttpMatch>| entry(&mut rng, m.clone()))
+                                .collect(),
+                            _ => (0..rng.usize(1..4))
+                                .map(|_| {
+                                    let matcher = if !pool.is_empty() && rng.bool() {
+                                        pool[rng.usize(..pool.len())].clone()
+                                    } else {
+                                        let path = ["/", "/x", "/x/y", "/y"][rng.usize(..4)];
+                                        let m = prefix(path, 0).matcher;
+                                        pool.push(m.clone());
+                                        m
+                                    };
+                                    entry(&mut rng, matcher)
+                                })
+                                .collect(),
+                        };
+                        l.virtual_hosts.push(host(name, routes));
+                    }
+                }
+                before = l
+                    .virtual_hosts
+                    .iter()
+                    .map(|v| {
+                        let matchers = v.routes.iter().map(|e| e.matcher.clone()).collect();
+                        (
+                            HOSTS.iter().find(|h| **h == v.hostname).copied().unwrap(),
+                            matchers,
+                        )
+                    })
+                    .collect();
+                let cfg = config(vec![l], vec![http1("c", vec![endpoint])]);
+                let (with_kept, kept_problems) = compile(&cfg, &mut kept);
+                let (fresh, fresh_problems) = compile(&cfg, &mut CompiledHosts::default());
+                assert_eq!(kept_problems, fresh_problems, "seed {seed}");
+                for h in HOSTS {
+                    for p in PATHS {
+                        assert_eq!(
+                            route_of(&with_kept, h, p),
+                            route_of(&fresh, h, p),
+                            "seed {seed}: GET {p} on {h}"
+                        );
+                    }
+                    // Taken again: the very table of the last step.
+                    if let Some(now) = with_kept.vhosts.get(h) {
+                        reused +=
+                            usize::from(last.get(h).is_some_and(|t| Arc::ptr_eq(t, &now.routes)));
+                    }
+                }
+                last = HOSTS
+                    .iter()
+                    .filter_map(|h| Some((*h, with_kept.vhosts.get(h)?.routes.clone())))
+                    .collect();
+            }
+        }
+        // Tables were taken again, many times.
+        assert!(reused > 500, "{reused} tables taken again");
     }
 }
