@@ -88,6 +88,8 @@ pub(crate) struct Compiler<'a> {
 /// data plane's snapshot) shares nothing and compiles every host, as before.
 #[derive(Default)]
 pub(crate) struct CompiledHosts {
+    /// Off: nothing is kept ([`crate::Options::keep_compiled_hosts`]).
+    enabled: bool,
     apply: u64,
     listeners: HashMap<(Arc<str>, String), KeptListener>,
 }
@@ -119,6 +121,13 @@ impl KeptTable {
 }
 
 impl CompiledHosts {
+    pub(crate) fn new(enabled: bool) -> Self {
+        CompiledHosts {
+            enabled,
+            ..CompiledHosts::default()
+        }
+    }
+
     /// A listener's kept tables, taken out while its hosts are compiled.
     fn take(&mut self, gateway: &Arc<str>, name: &str) -> KeptListener {
         self.listeners
@@ -128,6 +137,9 @@ impl CompiledHosts {
 
     /// Puts a listener's tables back, only those this apply used.
     fn put(&mut self, gateway: &Arc<str>, name: &str, mut kept: KeptListener) {
+        if !self.enabled {
+            return;
+        }
         let apply = self.apply;
         kept.apply = apply;
         kept.hosts.retain(|_, t| t.apply == apply);
@@ -487,7 +499,7 @@ impl Compiler<'_> {
                 }
                 None => {
                     let (table, clean) = self.vhost(gateway, listener, vhost);
-                    if clean {
+                    if clean && self.hosts.enabled {
                         let table = KeptTable {
                             apply,
                             matchers: vhost
@@ -833,7 +845,7 @@ mod tests {
             host("b.example", vec![prefix("/b", 1), prefix("/", 0)]),
         ];
         let first = config(vec![l], vec![http1("c", vec![endpoint])]);
-        let mut kept = CompiledHosts::default();
+        let mut kept = CompiledHosts::new(true);
         let (before, problems) = compile(&first, &mut kept);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(routed(&before, "b.example", "/b"), "rule 1");
@@ -899,6 +911,16 @@ mod tests {
         // A host with a contained problem is not kept: its report is made again.
         let (_, again) = compile(&shrunk, &mut kept);
         assert_eq!(again, problems);
+
+        // Keeping turned off (a data plane that decodes every snapshot): nothing is taken.
+        let mut off = CompiledHosts::new(false);
+        let (one, _) = compile(&first, &mut off);
+        let (two, _) = compile(&first, &mut off);
+        assert!(!Arc::ptr_eq(
+            table(&one, "a.example"),
+            table(&two, "a.example")
+        ));
+        assert!(off.listeners.is_empty());
     }
 
     /// Over random sequences of configurations whose hosts reuse match objects from earlier
@@ -914,7 +936,7 @@ mod tests {
         for seed in 0..200u64 {
             let mut rng = fastrand::Rng::with_seed(seed);
             let mut pool: Vec<Arc<ir::HttpMatch>> = Vec::new();
-            let mut kept = CompiledHosts::default();
+            let mut kept = CompiledHosts::new(true);
             let mut last: HashMap<&str, Arc<RouteTable>> = HashMap::new();
             let mut before: HashMap<&str, Vec<Arc<ir::HttpMatch>>> = HashMap::new();
             for _ in 0..10 {

@@ -116,6 +116,11 @@ pub struct Options {
     /// Serve connections on `workers` dedicated threads, each running its own single-threaded
     /// runtime (the binary does); otherwise on the runtime that calls [`DataPlane::apply`].
     pub dedicated_workers: bool,
+    /// Keep each virtual host's compiled table for the next apply, taken again while the
+    /// host's matches are the same objects (`compile::CompiledHosts`). Worth it when the
+    /// configurations come from an in-process translate, which shares them between passes;
+    /// a data plane that decodes every configuration afresh shares nothing and turns it off.
+    pub keep_compiled_hosts: bool,
 }
 
 impl Default for Options {
@@ -140,6 +145,7 @@ impl Default for Options {
             max_connections_per_worker: 20_000,
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             dedicated_workers: false,
+            keep_compiled_hosts: true,
         }
     }
 }
@@ -428,7 +434,7 @@ impl DataPlane {
             sockets: Mutex::new(HashMap::new()),
             apply_lock: tokio::sync::Mutex::new(()),
             tls: Mutex::new(tls::TlsCache::default()),
-            hosts: Mutex::new(compile::CompiledHosts::default()),
+            hosts: Mutex::new(compile::CompiledHosts::new(options.keep_compiled_hosts)),
             background: std::sync::Once::new(),
             pending: Mutex::new(HashMap::new()),
             pending_changed: tokio::sync::watch::channel(()).0,

@@ -434,7 +434,12 @@ async fn run_proxy(a: ProxyArgs, workers: usize) -> anyhow::Result<()> {
         pod,
         drain_delay: a.serve.drain_delay,
         shutdown_grace: a.serve.shutdown_grace,
-        dataplane: dataplane_options(&a.serve, workers),
+        // Each snapshot is decoded afresh and shares nothing with the last: keeping compiled
+        // tables by their matches' pointers would never find one.
+        dataplane: gatehouse_dataplane::Options {
+            keep_compiled_hosts: false,
+            ..dataplane_options(&a.serve, workers)
+        },
     };
     run::serve_until_signal(proxy::start(opts).await?).await;
     Ok(())
