@@ -32,6 +32,7 @@ use crate::matchers::RequestMatcher;
 use crate::metrics::L4Metrics;
 use crate::metrics::{AuthMetrics, MirrorMetrics, RouteMetrics};
 use crate::mirror::{self, MirrorSpec};
+use crate::reuse::Reuse;
 use crate::router::{HostTable, RouteTable};
 use crate::table::{
     Backend, ClusterState, CompiledListener, CompiledRoute, CompiledRule, CompiledTlsRoute,
@@ -85,38 +86,44 @@ pub(crate) struct Compiler<'a> {
 /// indices) takes its table again without compiling or even reading them: a pass that adds one
 /// route compiles one host instead of thousands. The matches are held, so no other match can
 /// take their addresses while a table is kept. A configuration decoded afresh (a provisioned
-/// data plane's snapshot) shares nothing and compiles every host, as before.
-#[derive(Default)]
+/// data plane's snapshot) shares nothing; such a data plane turns keeping off.
 pub(crate) struct CompiledHosts {
     /// Off: nothing is kept ([`crate::Options::keep_compiled_hosts`]).
     enabled: bool,
-    apply: u64,
-    listeners: HashMap<(Arc<str>, String), KeptListener>,
+    listeners: Reuse<(Arc<str>, String), KeptHosts>,
 }
 
-#[derive(Default)]
-struct KeptListener {
-    /// The last apply that compiled the listener.
-    apply: u64,
-    /// By hostname (foldhash: looked up for every host of every apply).
-    hosts: HashMap<String, KeptTable, foldhash::fast::RandomState>,
-}
+/// One listener's kept tables, by hostname (foldhash: looked up for every host of every
+/// apply).
+type KeptHosts = Reuse<String, KeptTable, foldhash::fast::RandomState>;
 
 struct KeptTable {
-    /// The last apply that used it.
-    apply: u64,
     matchers: Box<[Arc<ir::HttpMatch>]>,
     table: Arc<RouteTable>,
 }
 
 impl KeptTable {
-    fn compiled_from(&self, vhost: &ir::VirtualHost) -> bool {
+    fn new(vhost: &ir::VirtualHost, table: &Arc<RouteTable>) -> Self {
+        KeptTable {
+            matchers: vhost
+                .routes
+                .iter()
+                .map(|e| Arc::clone(&e.matcher))
+                .collect(),
+            table: Arc::clone(table),
+        }
+    }
+
+    /// Whether the table holds for `vhost` in a listener of `rules` rules: compiled from the
+    /// same match objects, and every entry's rule there (a table leaves out entries past the
+    /// rules it was compiled with).
+    fn holds_for(&self, vhost: &ir::VirtualHost, rules: usize) -> bool {
         self.matchers.len() == vhost.routes.len()
             && self
                 .matchers
                 .iter()
                 .zip(&vhost.routes)
-                .all(|(m, e)| Arc::ptr_eq(m, &e.matcher))
+                .all(|(m, e)| Arc::ptr_eq(m, &e.matcher) && e.rule < rules)
     }
 }
 
@@ -124,34 +131,8 @@ impl CompiledHosts {
     pub(crate) fn new(enabled: bool) -> Self {
         CompiledHosts {
             enabled,
-            ..CompiledHosts::default()
+            listeners: Reuse::default(),
         }
-    }
-
-    /// A listener's kept tables, taken out while its hosts are compiled.
-    fn take(&mut self, gateway: &Arc<str>, name: &str) -> KeptListener {
-        self.listeners
-            .remove(&(gateway.clone(), name.to_owned()))
-            .unwrap_or_default()
-    }
-
-    /// Puts a listener's tables back, only those this apply used.
-    fn put(&mut self, gateway: &Arc<str>, name: &str, mut kept: KeptListener) {
-        if !self.enabled {
-            return;
-        }
-        let apply = self.apply;
-        kept.apply = apply;
-        kept.hosts.retain(|_, t| t.apply == apply);
-        self.listeners
-            .insert((gateway.clone(), name.to_owned()), kept);
-    }
-
-    /// After an apply: listeners it did not compile are let go.
-    fn finish(&mut self) {
-        let apply = self.apply;
-        self.listeners.retain(|_, l| l.apply == apply);
-        self.apply += 1;
     }
 }
 
@@ -269,7 +250,7 @@ impl Compiler<'_> {
         // Registries and caches only keep what this configuration still uses.
         self.upstreams.finish_apply();
         self.tls.finish();
-        self.hosts.finish();
+        self.hosts.listeners.finish();
         tables
     }
 
@@ -481,40 +462,28 @@ impl Compiler<'_> {
             .collect::<Vec<_>>();
         let mut vhosts = HostTable::with_capacity(listener.virtual_hosts.len());
         let mut entry_rules = Vec::new();
-        let apply = self.hosts.apply;
-        let mut kept = self.hosts.take(gateway, &listener.name);
+        let key = (gateway.clone(), listener.name.clone());
+        let mut kept = self
+            .hosts
+            .listeners
+            .take(&key)
+            .map(|(_, kept)| kept)
+            .unwrap_or_default();
         for vhost in &listener.virtual_hosts {
             // Each entry's rule, by its position in the host (the table's routes name those).
             let base = entry_rules.len();
-            let in_range = vhost.routes.iter().all(|e| e.rule < listener.rules.len());
             entry_rules.extend(vhost.routes.iter().map(|e| e.rule));
-            let same = kept
-                .hosts
-                .get_mut(vhost.hostname.as_str())
-                .filter(|k| in_range && k.compiled_from(vhost));
-            let routes = match same {
-                Some(same) => {
-                    same.apply = apply;
-                    Arc::clone(&same.table)
+            let routes = match kept.take(vhost.hostname.as_str()) {
+                Some((name, same)) if same.holds_for(vhost, listener.rules.len()) => {
+                    let table = Arc::clone(&same.table);
+                    kept.keep(name, same);
+                    table
                 }
-                None => {
+                last => {
                     let (table, clean) = self.vhost(gateway, listener, vhost);
                     if clean && self.hosts.enabled {
-                        let table = KeptTable {
-                            apply,
-                            matchers: vhost
-                                .routes
-                                .iter()
-                                .map(|e| Arc::clone(&e.matcher))
-                                .collect(),
-                            table: Arc::clone(&table),
-                        };
-                        match kept.hosts.get_mut(vhost.hostname.as_str()) {
-                            Some(k) => *k = table,
-                            None => {
-                                kept.hosts.insert(vhost.hostname.clone(), table);
-                            }
-                        }
+                        let name = last.map_or_else(|| vhost.hostname.clone(), |(name, _)| name);
+                        kept.keep(name, KeptTable::new(vhost, &table));
                     }
                     table
                 }
@@ -526,7 +495,10 @@ impl Compiler<'_> {
                 );
             }
         }
-        self.hosts.put(gateway, &listener.name, kept);
+        if self.hosts.enabled {
+            kept.finish();
+            self.hosts.listeners.keep(key, kept);
+        }
         let mode = match listener.protocol {
             ir::ListenerProtocol::Http => ListenerMode::Http,
             ir::ListenerProtocol::Https => ListenerMode::Terminate {
@@ -806,6 +778,18 @@ mod tests {
         &l.vhosts.get(host).unwrap().routes
     }
 
+    /// Whether `host` routes with the very same table in both compiled listeners.
+    fn same_table(a: &CompiledListener, b: &CompiledListener, host: &str) -> bool {
+        Arc::ptr_eq(table(a, host), table(b, host))
+    }
+
+    /// Gives every entry of `vhost` a new match object equal to its old one.
+    fn renew_matches(vhost: &mut ir::VirtualHost) {
+        for entry in &mut vhost.routes {
+            entry.matcher = Arc::new((*entry.matcher).clone());
+        }
+    }
+
     /// The index of the rule a GET of `path` on `host` takes, if any.
     fn route_of(l: &CompiledListener, host: &str, path: &str) -> Option<usize> {
         let headers = http::HeaderMap::new();
@@ -861,18 +845,10 @@ mod tests {
                 entry.rule += 1;
             }
         }
-        for entry in &mut l.virtual_hosts[1].routes {
-            entry.matcher = Arc::new((*entry.matcher).clone());
-        }
+        renew_matches(&mut l.virtual_hosts[1]);
         let (after, _) = compile(&second, &mut kept);
-        assert!(Arc::ptr_eq(
-            table(&before, "a.example"),
-            table(&after, "a.example")
-        ));
-        assert!(!Arc::ptr_eq(
-            table(&before, "b.example"),
-            table(&after, "b.example")
-        ));
+        assert!(same_table(&before, &after, "a.example"));
+        assert!(!same_table(&before, &after, "b.example"));
         // The kept table finds its rule where it moved to.
         assert_eq!(routed(&after, "a.example", "/"), "rule 1");
         assert_eq!(routed(&after, "b.example", "/b"), "rule 2");
@@ -880,30 +856,20 @@ mod tests {
 
         // A snapshot decoded from the wire shares nothing: every match a new object.
         let mut decoded = second.clone();
-        for vhost in &mut decoded.gateways[0].listeners[0].virtual_hosts {
-            for entry in &mut vhost.routes {
-                entry.matcher = Arc::new((*entry.matcher).clone());
-            }
-        }
+        decoded.gateways[0].listeners[0]
+            .virtual_hosts
+            .iter_mut()
+            .for_each(renew_matches);
         let (fresh, _) = compile(&decoded, &mut kept);
-        assert!(!Arc::ptr_eq(
-            table(&after, "a.example"),
-            table(&fresh, "a.example")
-        ));
+        assert!(!same_table(&after, &fresh, "a.example"));
 
         // The same matches, but the listener lost a rule b names: b is compiled again and the
         // entry that points past the rules is reported.
         let mut shrunk = decoded.clone();
         shrunk.gateways[0].listeners[0].rules.truncate(2);
         let (small, problems) = compile(&shrunk, &mut kept);
-        assert!(Arc::ptr_eq(
-            table(&fresh, "a.example"),
-            table(&small, "a.example")
-        ));
-        assert!(!Arc::ptr_eq(
-            table(&fresh, "b.example"),
-            table(&small, "b.example")
-        ));
+        assert!(same_table(&fresh, &small, "a.example"));
+        assert!(!same_table(&fresh, &small, "b.example"));
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("points past"), "{problems:?}");
         assert_eq!(routed(&small, "b.example", "/b"), "rule 1");
@@ -916,10 +882,7 @@ mod tests {
         let mut off = CompiledHosts::new(false);
         let (one, _) = compile(&first, &mut off);
         let (two, _) = compile(&first, &mut off);
-        assert!(!Arc::ptr_eq(
-            table(&one, "a.example"),
-            table(&two, "a.example")
-        ));
+        assert!(!same_table(&one, &two, "a.example"));
         assert!(off.listeners.is_empty());
     }
 
@@ -1000,7 +963,7 @@ mod tests {
                     .collect();
                 let cfg = config(vec![l], vec![http1("c", vec![endpoint])]);
                 let (with_kept, kept_problems) = compile(&cfg, &mut kept);
-                let (fresh, fresh_problems) = compile(&cfg, &mut CompiledHosts::default());
+                let (fresh, fresh_problems) = compile(&cfg, &mut CompiledHosts::new(false));
                 assert_eq!(kept_problems, fresh_problems, "seed {seed}");
                 for h in HOSTS {
                     for p in PATHS {

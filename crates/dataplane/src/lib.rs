@@ -43,6 +43,7 @@ mod mirror;
 pub mod path;
 mod reclaim;
 mod retry;
+mod reuse;
 mod router;
 mod stream;
 mod table;

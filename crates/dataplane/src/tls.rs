@@ -7,6 +7,7 @@
 //! again and keeps every listener's session cache (resumption survives unrelated changes).
 
 use crate::Metrics;
+use crate::reuse::Reuse;
 use gatehouse_ir as ir;
 use rustls::DistinguishedName;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -92,45 +93,6 @@ fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Values built in the previous apply that the current one may take over, keyed by everything
-/// they were built from. What the current apply does not use is dropped when it finishes.
-pub(crate) struct Reuse<K, V> {
-    previous: HashMap<K, V>,
-    current: HashMap<K, V>,
-}
-
-impl<K, V> Default for Reuse<K, V> {
-    fn default() -> Self {
-        Reuse {
-            previous: HashMap::new(),
-            current: HashMap::new(),
-        }
-    }
-}
-
-impl<K: Eq + Hash, V: Clone> Reuse<K, V> {
-    pub(crate) fn get_or_try<E>(
-        &mut self,
-        key: K,
-        build: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
-        if let Some(v) = self.current.get(&key) {
-            return Ok(v.clone());
-        }
-        let value = match self.previous.remove(&key) {
-            Some(v) => v,
-            None => build()?,
-        };
-        self.current.insert(key, value.clone());
-        Ok(value)
-    }
-
-    /// Ends an apply: what it did not use is dropped.
-    pub(crate) fn finish(&mut self) {
-        self.previous = std::mem::take(&mut self.current);
-    }
 }
 
 struct CachedCert {
