@@ -466,24 +466,26 @@ impl Compiler<'_> {
         let mut kept = self
             .hosts
             .listeners
-            .take(&key)
-            .map(|(_, kept)| kept)
+            .get_mut(&key)
+            .map(std::mem::take)
             .unwrap_or_default();
         for vhost in &listener.virtual_hosts {
             // Each entry's rule, by its position in the host (the table's routes name those).
             let base = entry_rules.len();
             entry_rules.extend(vhost.routes.iter().map(|e| e.rule));
-            let routes = match kept.take(vhost.hostname.as_str()) {
-                Some((name, same)) if same.holds_for(vhost, listener.rules.len()) => {
-                    let table = Arc::clone(&same.table);
-                    kept.keep(name, same);
-                    table
+            let same = kept.get_mut(vhost.hostname.as_str());
+            let routes = match same {
+                Some(same) if same.holds_for(vhost, listener.rules.len()) => {
+                    Arc::clone(&same.table)
                 }
                 last => {
                     let (table, clean) = self.vhost(gateway, listener, vhost);
                     if clean && self.hosts.enabled {
-                        let name = last.map_or_else(|| vhost.hostname.clone(), |(name, _)| name);
-                        kept.keep(name, KeptTable::new(vhost, &table));
+                        let fresh = KeptTable::new(vhost, &table);
+                        match last {
+                            Some(last) => *last = fresh,
+                            None => kept.keep(vhost.hostname.clone(), fresh),
+                        }
                     }
                     table
                 }
